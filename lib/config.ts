@@ -1,0 +1,321 @@
+/**
+ * Configuration from environment variables, validated once at start-up.
+ *
+ * Every variable has an embedded default so that `deno task start` needs none. `loadConfig` never
+ * throws for bad input: it collects every problem so that an operator sees them all in one message.
+ *
+ * @module
+ */
+
+import { type CidrSet, parseCidrSet } from "./caller.ts";
+
+/** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
+export const MIN_DEPRECATION_NOTICE_DAYS = 90;
+
+const DAY_MS = 86_400_000;
+
+/** Which forwarded header carries the client address when the peer is a trusted proxy. */
+export type ForwardedHeader = "x-forwarded-for" | "forwarded";
+
+/** The validated service configuration. */
+export interface Config {
+  /** TCP port to listen on. */
+  port: number;
+  /** Interface to listen on. */
+  hostname: string;
+  /** Public base URL, without a trailing slash; every absolute link is built from it. */
+  baseUrl: string;
+  /** Product name (Platform `name`). */
+  name: string;
+  /** Product summary (Platform `description`). */
+  description: string;
+  /** Platform `documentation`. */
+  documentationUrl: string;
+  /** Platform `developerResources`. */
+  developerResourcesUrl: string;
+  /** Platform `openapi`. */
+  openapiUrl: string;
+  /** Platform `agentInstructions`. */
+  agentInstructionsUrl: string;
+  /** Platform `support`. */
+  supportUrl: string;
+  /** Address for access requests (customer-data APIs, research server). */
+  supportEmail: string;
+  /** Requests admitted per caller in any window. */
+  rateLimit: number;
+  /** Window length in seconds. */
+  rateLimitWindowSeconds: number;
+  /** Most callers tracked at once by the in-memory store. */
+  rateLimitMaxCallers: number;
+  /** Peers whose forwarded headers are believed; empty means none. */
+  trustedProxies: CidrSet;
+  /** The header read from trusted proxies. */
+  forwardedHeader: ForwardedHeader;
+  /** When v1 is (or will be) deprecated, if a removal has been announced. */
+  deprecation: Date | undefined;
+  /** When v1 will be removed, if a removal has been announced. */
+  sunset: Date | undefined;
+  /** Whether one JSON line per request is written to stdout. */
+  accessLog: boolean;
+}
+
+/** The outcome of {@linkcode loadConfig}: a config, or every problem found. */
+export type ConfigResult = { ok: true; config: Config } | { ok: false; errors: string[] };
+
+/** The environment variables the service reads, in the order the README documents them. */
+export const ENV_NAMES = [
+  "PORT",
+  "HOSTNAME",
+  "PUBLIC_BASE_URL",
+  "PRODUCT_NAME",
+  "PRODUCT_DESCRIPTION",
+  "DOCUMENTATION_URL",
+  "DEVELOPER_RESOURCES_URL",
+  "OPENAPI_URL",
+  "AGENT_INSTRUCTIONS_URL",
+  "SUPPORT_EMAIL",
+  "SUPPORT_URL",
+  "RATE_LIMIT",
+  "RATE_LIMIT_WINDOW_SECONDS",
+  "RATE_LIMIT_MAX_CALLERS",
+  "TRUSTED_PROXIES",
+  "TRUSTED_PROXY_HEADER",
+  "DEPRECATION_DATE",
+  "SUNSET_DATE",
+  "ACCESS_LOG",
+] as const;
+
+/** One of {@linkcode ENV_NAMES}. */
+export type EnvName = typeof ENV_NAMES[number];
+
+/** Where configuration comes from: a lookup by name, so tests can pass a plain object. */
+export type Env = (name: EnvName) => string | undefined;
+
+/** Reads {@linkcode ENV_NAMES} from `Deno.env` (needs `--allow-env`). */
+export function denoEnv(): Env {
+  return (name) => Deno.env.get(name);
+}
+
+/** Builds an {@linkcode Env} from a plain record, for tests and embedding. */
+export function recordEnv(record: Partial<Record<EnvName, string>>): Env {
+  return (name) => record[name];
+}
+
+/**
+ * Reads and validates the configuration.
+ *
+ * @example
+ * ```ts
+ * const result = loadConfig(recordEnv({ PORT: "8080" }));
+ * if (result.ok) console.log(result.config.baseUrl); // http://localhost:8080
+ * ```
+ */
+export function loadConfig(env: Env): ConfigResult {
+  const errors: string[] = [];
+  const read = (name: EnvName): string | undefined => {
+    const value = env(name)?.trim();
+    return value === "" ? undefined : value;
+  };
+
+  const port = integer(read("PORT"), 8000, "PORT", { min: 0, max: 65535 }, errors);
+  const hostname = read("HOSTNAME") ?? "0.0.0.0";
+  const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
+  const link = (name: EnvName, fallback: string) => absoluteUri(read(name), fallback, name, errors);
+
+  const supportEmail = read("SUPPORT_EMAIL") ?? "support@example.com";
+  if (!/^[^\s@<>()",;:]+@[^\s@<>()",;:]+\.[^\s@<>()",;:]+$/.test(supportEmail)) {
+    errors.push(`SUPPORT_EMAIL must be an email address, got ${JSON.stringify(supportEmail)}`);
+  }
+
+  const rateLimit = integer(
+    read("RATE_LIMIT"),
+    60,
+    "RATE_LIMIT",
+    { min: 1, max: 1_000_000 },
+    errors,
+  );
+  const rateLimitWindowSeconds = integer(
+    read("RATE_LIMIT_WINDOW_SECONDS"),
+    60,
+    "RATE_LIMIT_WINDOW_SECONDS",
+    { min: 1, max: 86_400 },
+    errors,
+  );
+  const rateLimitMaxCallers = integer(
+    read("RATE_LIMIT_MAX_CALLERS"),
+    500_000,
+    "RATE_LIMIT_MAX_CALLERS",
+    { min: 1, max: 100_000_000 },
+    errors,
+  );
+
+  let trustedProxies: CidrSet = parseCidrSet("").set;
+  const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
+  if (proxies.invalid.length > 0) {
+    errors.push(
+      `TRUSTED_PROXIES must be a comma-separated list of IP addresses or CIDR ranges; not understood: ${
+        proxies.invalid.map((entry) => JSON.stringify(entry)).join(", ")
+      }`,
+    );
+  } else {
+    trustedProxies = proxies.set;
+  }
+
+  const header = (read("TRUSTED_PROXY_HEADER") ?? "x-forwarded-for").toLowerCase();
+  let forwardedHeader: ForwardedHeader = "x-forwarded-for";
+  if (header === "x-forwarded-for" || header === "forwarded") {
+    forwardedHeader = header;
+  } else {
+    errors.push(
+      `TRUSTED_PROXY_HEADER must be x-forwarded-for or forwarded, got ${JSON.stringify(header)}`,
+    );
+  }
+
+  const deprecation = date(read("DEPRECATION_DATE"), "DEPRECATION_DATE", errors);
+  const sunset = date(read("SUNSET_DATE"), "SUNSET_DATE", errors);
+  if ((deprecation === undefined) !== (sunset === undefined)) {
+    if (!errors.some((e) => e.startsWith("DEPRECATION_DATE") || e.startsWith("SUNSET_DATE"))) {
+      errors.push(
+        "DEPRECATION_DATE and SUNSET_DATE announce a removal together: set both or neither",
+      );
+    }
+  } else if (deprecation && sunset) {
+    const days = (sunset.getTime() - deprecation.getTime()) / DAY_MS;
+    if (days < MIN_DEPRECATION_NOTICE_DAYS) {
+      errors.push(
+        `SUNSET_DATE must be at least ${MIN_DEPRECATION_NOTICE_DAYS} days after DEPRECATION_DATE (spec section 9); they are ${
+          Math.floor(days * 10) / 10
+        } days apart`,
+      );
+    }
+  }
+
+  const accessLog = boolean(read("ACCESS_LOG"), true, "ACCESS_LOG", errors);
+
+  const config: Config = {
+    port,
+    hostname,
+    baseUrl,
+    name: read("PRODUCT_NAME") ?? "Legal Intelligence Platform",
+    description: read("PRODUCT_DESCRIPTION") ??
+      "Public directory of the legal intelligence platform's documentation, developer resources, OpenAPI description, agent instructions and support.",
+    documentationUrl: link("DOCUMENTATION_URL", `${baseUrl}/`),
+    developerResourcesUrl: link("DEVELOPER_RESOURCES_URL", `${baseUrl}/developers`),
+    openapiUrl: link("OPENAPI_URL", `${baseUrl}/openapi.json`),
+    agentInstructionsUrl: link("AGENT_INSTRUCTIONS_URL", `${baseUrl}/llms.txt`),
+    supportUrl: link("SUPPORT_URL", `mailto:${supportEmail}`),
+    supportEmail,
+    rateLimit,
+    rateLimitWindowSeconds,
+    rateLimitMaxCallers,
+    trustedProxies,
+    forwardedHeader,
+    deprecation,
+    sunset,
+    accessLog,
+  };
+  return errors.length > 0 ? { ok: false, errors } : { ok: true, config };
+}
+
+/** Formats the problems of a failed {@linkcode loadConfig} as one message for stderr. */
+export function formatConfigErrors(errors: readonly string[]): string {
+  return `Configuration is invalid (${errors.length} problem${
+    errors.length === 1 ? "" : "s"
+  }); nothing is served:\n${errors.map((e) => `  - ${e}`).join("\n")}`;
+}
+
+function integer(
+  raw: string | undefined,
+  fallback: number,
+  name: string,
+  range: { min: number; max: number },
+  errors: string[],
+): number {
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw)) {
+    errors.push(
+      `${name} must be a whole number from ${range.min} to ${range.max}, got ${
+        JSON.stringify(raw)
+      }`,
+    );
+    return fallback;
+  }
+  const value = Number(raw);
+  if (value < range.min || value > range.max) {
+    errors.push(`${name} must be from ${range.min} to ${range.max}, got ${raw}`);
+    return fallback;
+  }
+  return value;
+}
+
+function boolean(
+  raw: string | undefined,
+  fallback: boolean,
+  name: string,
+  errors: string[],
+): boolean {
+  if (raw === undefined) return fallback;
+  const value = raw.toLowerCase();
+  if (["true", "1", "yes", "on"].includes(value)) return true;
+  if (["false", "0", "no", "off"].includes(value)) return false;
+  errors.push(`${name} must be true or false, got ${JSON.stringify(raw)}`);
+  return fallback;
+}
+
+function baseUrlOf(raw: string | undefined, port: number, errors: string[]): string {
+  if (raw === undefined) return `http://localhost:${port === 0 ? 8000 : port}`;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    errors.push(`PUBLIC_BASE_URL must be an absolute http(s) URL, got ${JSON.stringify(raw)}`);
+    return raw;
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    errors.push(`PUBLIC_BASE_URL must use http or https, got ${JSON.stringify(raw)}`);
+  }
+  if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
+    errors.push(
+      `PUBLIC_BASE_URL must not carry credentials, a query or a fragment, got ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  // Links are built as base + "/path": keep any path prefix, drop the trailing slash.
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+}
+
+function absoluteUri(
+  raw: string | undefined,
+  fallback: string,
+  name: string,
+  errors: string[],
+): string {
+  if (raw === undefined) return fallback;
+  try {
+    const url = new URL(raw);
+    if (!["http:", "https:", "mailto:"].includes(url.protocol)) {
+      errors.push(`${name} must be an http, https or mailto URI, got ${JSON.stringify(raw)}`);
+    }
+    return url.href;
+  } catch {
+    errors.push(`${name} must be an absolute URI, got ${JSON.stringify(raw)}`);
+    return raw;
+  }
+}
+
+function date(raw: string | undefined, name: string, errors: string[]): Date | undefined {
+  if (raw === undefined) return undefined;
+  // ISO 8601 only: Date.parse accepts many other forms whose meaning depends on the engine.
+  const iso = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2}))?$/;
+  const value = new Date(raw);
+  if (!iso.test(raw) || Number.isNaN(value.getTime())) {
+    errors.push(
+      `${name} must be an ISO 8601 date (2027-03-01) or date-time with a zone (2027-03-01T00:00:00Z), got ${
+        JSON.stringify(raw)
+      }`,
+    );
+    return undefined;
+  }
+  return value;
+}

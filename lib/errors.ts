@@ -1,0 +1,92 @@
+/**
+ * The service's errors: stable codes, their messages, and their bodies in JSON, Markdown and HTML.
+ *
+ * Bodies never echo request data (path, headers), so they are built once at start-up and cannot
+ * reflect anything a caller sends.
+ *
+ * @module
+ */
+
+import type { Config } from "./config.ts";
+import { escapeHtml } from "./layout.ts";
+import { STATUS } from "./http.ts";
+
+/** The stable error codes. Adding one is a change of the public contract (README, OpenAPI). */
+export type ErrorCode = "not_found" | "method_not_allowed" | "rate_limited" | "internal_error";
+
+/** Every {@linkcode ErrorCode}, in the order the documentation lists them. */
+export const ERROR_CODES: readonly ErrorCode[] = [
+  "not_found",
+  "method_not_allowed",
+  "rate_limited",
+  "internal_error",
+];
+
+/** The body of an error (spec section 2). */
+export interface ErrorBody {
+  /** The error. */
+  error: { code: ErrorCode; message: string; hint: string };
+}
+
+/** An error's status and texts. */
+export interface ErrorInfo {
+  /** HTTP status. */
+  status: number;
+  /** Short title (Markdown and HTML headings). */
+  title: string;
+  /** `error.message`. */
+  message: string;
+  /** `error.hint`. */
+  hint: string;
+}
+
+/** The status and texts of every code, for a configuration. */
+export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
+  const base = config.baseUrl;
+  return {
+    not_found: {
+      status: STATUS.NotFound,
+      title: "Not found",
+      message: "There is no public resource at this path.",
+      hint:
+        `Start at ${base}/api/v1/platform; the public paths are listed at ${base}/developers and in ${base}/openapi.json. Paths are case-sensitive and have no trailing slash.`,
+    },
+    method_not_allowed: {
+      status: STATUS.MethodNotAllowed,
+      title: "Method not allowed",
+      message: "This resource supports only GET, HEAD and OPTIONS.",
+      hint: "Send a GET request: the public discovery API is read-only.",
+    },
+    rate_limited: {
+      status: STATUS.TooManyRequests,
+      title: "Too many requests",
+      message:
+        `Rate limit exceeded: ${config.rateLimit} requests per ${config.rateLimitWindowSeconds} seconds per caller.`,
+      hint: "Wait at least the number of seconds in the Retry-After header before retrying.",
+    },
+    internal_error: {
+      status: STATUS.InternalServerError,
+      title: "Internal error",
+      message: "The service failed to answer this request.",
+      hint: `Retry later. If the problem persists, contact ${config.supportEmail}.`,
+    },
+  };
+}
+
+/** The JSON body of an error. */
+export function errorJson(code: ErrorCode, info: ErrorInfo): string {
+  const body: ErrorBody = { error: { code, message: info.message, hint: info.hint } };
+  return JSON.stringify(body);
+}
+
+/** The Markdown body of an error. */
+export function errorMarkdown(code: ErrorCode, info: ErrorInfo): string {
+  return `# ${info.status} ${info.title}\n\n${info.message}\n\n- code: \`${code}\`\n- hint: ${info.hint}\n`;
+}
+
+/** The HTML content (inside the layout) of an error page. */
+export function errorHtmlContent(code: ErrorCode, info: ErrorInfo): string {
+  return `<h1>${info.status} ${escapeHtml(info.title)}</h1>\n<p>${
+    escapeHtml(info.message)
+  }</p>\n<p>${escapeHtml(info.hint)}</p>\n<p>Error code: <code>${code}</code></p>\n`;
+}

@@ -1,0 +1,274 @@
+/**
+ * Exact sliding-window rate limiting: the decision, its headers, and the in-memory store.
+ *
+ * A caller is admitted when fewer than `limit` of its counted requests lie in the last `window`
+ * milliseconds (a sliding log: no estimate, no fixed buckets). Requests answered 429 are not counted.
+ * State lives behind {@linkcode RateLimitStore} so that several instances can share it.
+ *
+ * @module
+ */
+
+/** The limit and window every caller gets. */
+export interface RateLimitPolicy {
+  /** Requests admitted in any window. */
+  limit: number;
+  /** Window length in milliseconds (a whole number of seconds). */
+  windowMs: number;
+}
+
+/** The outcome of one rate-limit look-up. */
+export interface Decision {
+  /** Whether the request is admitted (and was counted). */
+  allowed: boolean;
+  /** Requests left in the window after this one. */
+  remaining: number;
+  /** Delta seconds until the oldest counted request leaves the window, rounded up; 0 if none is counted. */
+  resetSeconds: number;
+}
+
+/**
+ * Where rate-limit state lives. `hit` counts the request when it is admitted; `peek` only reports.
+ * Both may answer synchronously, so that the in-memory store costs no promise on the hot path.
+ */
+export interface RateLimitStore {
+  /** Decides on a request of `key` at time `now` (ms since the epoch) and counts it if admitted. */
+  hit(key: string, now: number): Decision | Promise<Decision>;
+  /** Reports the state of `key` at `now` without counting anything. */
+  peek(key: string, now: number): Decision | Promise<Decision>;
+  /** Releases timers and connections. */
+  close(): void | Promise<void>;
+}
+
+/** Options of {@linkcode MemoryStore}. */
+export interface MemoryStoreOptions {
+  /** The most callers tracked at once; at the cap the least recently added caller is forgotten. */
+  maxCallers?: number;
+  /** Clock for the background sweep; defaults to `Date.now`. */
+  now?: () => number;
+  /** Run the background sweep every second (default true; tests sweep by hand). */
+  sweep?: boolean;
+  /** Called once when the cap is first reached, and again only after the store has gone below it. */
+  onCapacity?: (tracked: number) => void;
+}
+
+/** Counters of a {@linkcode MemoryStore}, for tests and operators. */
+export interface MemoryStoreStats {
+  /** Callers tracked now. */
+  tracked: number;
+  /** Callers forgotten because the cap was reached. */
+  evicted: number;
+}
+
+/**
+ * Converts the delta until the oldest counted request leaves the window into whole seconds, rounded up.
+ */
+export function resetSecondsOf(oldest: number, now: number, windowMs: number): number {
+  return Math.max(0, Math.ceil((oldest + windowMs - now) / 1000));
+}
+
+/**
+ * The pure sliding-log decision over a caller's counted timestamps (ascending, all inside the window).
+ *
+ * @returns the decision; the caller appends `now` to its log when `allowed`
+ */
+export function decide(
+  count: number,
+  oldest: number | undefined,
+  now: number,
+  policy: RateLimitPolicy,
+): Decision {
+  if (count < policy.limit) {
+    const first = oldest ?? now;
+    return {
+      allowed: true,
+      remaining: policy.limit - count - 1,
+      resetSeconds: resetSecondsOf(first, now, policy.windowMs),
+    };
+  }
+  return {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: resetSecondsOf(oldest ?? now, now, policy.windowMs),
+  };
+}
+
+/**
+ * The in-memory store: one process, exact, bounded.
+ *
+ * Each caller holds its counted timestamps: a bare number for one request (the common case, about
+ * 100 bytes per caller) or an ascending array. A sweep every second walks part of the map so that the
+ * whole map is visited about once per window, and forgets callers with nothing left in the window.
+ *
+ * @example
+ * ```ts
+ * const store = new MemoryStore({ limit: 60, windowMs: 60_000 });
+ * store.hit("192.0.2.1", Date.now()); // { allowed: true, remaining: 59, resetSeconds: 60 }
+ * store.close();
+ * ```
+ */
+export class MemoryStore implements RateLimitStore {
+  readonly #policy: RateLimitPolicy;
+  readonly #max: number;
+  readonly #now: () => number;
+  readonly #onCapacity: ((tracked: number) => void) | undefined;
+  readonly #log = new Map<string, number | number[]>();
+  #cursor: MapIterator<[string, number | number[]]> | undefined;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #evicted = 0;
+  #atCapacity = false;
+
+  /** Creates a store for `policy`. */
+  constructor(policy: RateLimitPolicy, options: MemoryStoreOptions = {}) {
+    this.#policy = policy;
+    this.#max = options.maxCallers ?? 500_000;
+    this.#now = options.now ?? Date.now;
+    this.#onCapacity = options.onCapacity;
+    if (options.sweep ?? true) {
+      const timer = setInterval(() => this.sweep(this.#now()), 1000);
+      // The sweep must never keep a process (or a test) alive.
+      Deno.unrefTimer(timer);
+      this.#timer = timer;
+    }
+  }
+
+  /** {@inheritDoc RateLimitStore.hit} */
+  hit(key: string, now: number): Decision {
+    const { limit, windowMs } = this.#policy;
+    const cutoff = now - windowMs;
+    const entry = this.#log.get(key);
+    if (entry === undefined) {
+      this.#insert(key, now);
+      return decide(0, undefined, now, this.#policy);
+    }
+    if (typeof entry === "number") {
+      if (entry <= cutoff) {
+        this.#log.set(key, now);
+        return decide(0, undefined, now, this.#policy);
+      }
+      const decision = decide(1, entry, now, this.#policy);
+      if (decision.allowed) this.#log.set(key, [entry, now]);
+      return decision;
+    }
+    let expired = 0;
+    while (expired < entry.length && entry[expired]! <= cutoff) expired++;
+    if (expired > 0) entry.splice(0, expired);
+    const decision = decide(entry.length, entry[0], now, this.#policy);
+    if (decision.allowed) {
+      if (entry.length === 0) this.#log.set(key, now);
+      else entry.push(now);
+    } else if (entry.length > limit) {
+      // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
+      entry.splice(0, entry.length - limit);
+    }
+    return decision;
+  }
+
+  /** {@inheritDoc RateLimitStore.peek} */
+  peek(key: string, now: number): Decision {
+    const { limit, windowMs } = this.#policy;
+    const live = this.#live(this.#log.get(key), now - windowMs);
+    if (live.count === 0) return { allowed: true, remaining: limit, resetSeconds: 0 };
+    return {
+      allowed: live.count < limit,
+      remaining: Math.max(0, limit - live.count),
+      resetSeconds: resetSecondsOf(live.oldest, now, windowMs),
+    };
+  }
+
+  /**
+   * Forgets callers with nothing left in the window, visiting at most `budget` callers from where the
+   * last sweep stopped. Called every second by the store itself; exposed for tests.
+   */
+  sweep(now: number, budget = this.#sweepBudget()): void {
+    const cutoff = now - this.#policy.windowMs;
+    this.#cursor ??= this.#log.entries();
+    for (let i = 0; i < budget; i++) {
+      const next = this.#cursor.next();
+      if (next.done) {
+        this.#cursor = undefined;
+        break;
+      }
+      const [key, entry] = next.value;
+      if (this.#live(entry, cutoff).count === 0) this.#log.delete(key);
+    }
+    if (this.#atCapacity && this.#log.size < this.#max) this.#atCapacity = false;
+  }
+
+  /** The number of tracked and evicted callers. */
+  stats(): MemoryStoreStats {
+    return { tracked: this.#log.size, evicted: this.#evicted };
+  }
+
+  /** {@inheritDoc RateLimitStore.close} */
+  close(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #insert(key: string, now: number): void {
+    if (this.#log.size >= this.#max) {
+      if (!this.#atCapacity) {
+        this.#atCapacity = true;
+        this.#onCapacity?.(this.#log.size);
+      }
+      // Forget the caller added longest ago: bounded memory matters more than one caller's count.
+      const oldest = this.#log.keys().next();
+      if (!oldest.done) {
+        this.#log.delete(oldest.value);
+        this.#evicted++;
+      }
+    }
+    this.#log.set(key, now);
+  }
+
+  #live(entry: number | number[] | undefined, cutoff: number): { count: number; oldest: number } {
+    if (entry === undefined) return { count: 0, oldest: 0 };
+    if (typeof entry === "number") {
+      return entry > cutoff ? { count: 1, oldest: entry } : { count: 0, oldest: 0 };
+    }
+    const first = entry.findIndex((t) => t > cutoff);
+    return first === -1
+      ? { count: 0, oldest: 0 }
+      : { count: entry.length - first, oldest: entry[first]! };
+  }
+
+  #sweepBudget(): number {
+    const seconds = Math.max(1, this.#policy.windowMs / 1000);
+    return Math.max(1000, Math.ceil((this.#log.size / seconds) * 2));
+  }
+}
+
+/** The header values of one decision, per draft-ietf-httpapi-ratelimit-headers-10 and the older fields. */
+export interface RateLimitHeaderValues {
+  /** `RateLimit-Policy` (the same on every response). */
+  policy: string;
+  /** `RateLimit`. */
+  rateLimit: string;
+  /** `RateLimit-Limit`. */
+  limit: string;
+  /** `RateLimit-Remaining`. */
+  remaining: string;
+  /** `RateLimit-Reset`. */
+  reset: string;
+}
+
+/** Builds the `RateLimit-Policy` value: `"default";q=60;w=60`. */
+export function policyHeader(policy: RateLimitPolicy): string {
+  return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
+}
+
+/**
+ * Sets the five rate-limit headers of `decision` on `headers` (and `Retry-After` when it was refused).
+ */
+export function setRateLimitHeaders(
+  headers: Headers,
+  decision: Decision,
+  constants: { policy: string; limit: string },
+): void {
+  headers.set("ratelimit-policy", constants.policy);
+  headers.set("ratelimit", `"default";r=${decision.remaining};t=${decision.resetSeconds}`);
+  headers.set("ratelimit-limit", constants.limit);
+  headers.set("ratelimit-remaining", String(decision.remaining));
+  headers.set("ratelimit-reset", String(decision.resetSeconds));
+  if (!decision.allowed) headers.set("retry-after", String(decision.resetSeconds));
+}

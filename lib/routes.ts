@@ -1,0 +1,141 @@
+/**
+ * The route table: every public path, its representations and the header fields of its responses,
+ * built once at start-up from the content and the configuration.
+ *
+ * A route answers GET and HEAD with one of its representations, chosen by `Accept`; everything else
+ * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler in `app.ts`.
+ *
+ * @module
+ */
+
+import type { Config } from "./config.ts";
+import type { Content } from "./content.ts";
+import { memoize, preferredType } from "./negotiate.ts";
+import { buildRepresentation, type Representation } from "./representation.ts";
+
+/** A header field as a name/value pair. */
+export type HeaderField = readonly [string, string];
+
+/** One public path. */
+export interface Route {
+  /** The representation for an `Accept` value (memoised). */
+  pick: (accept: string | null) => Representation;
+  /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
+  fields: readonly HeaderField[];
+}
+
+/** The methods every route allows. */
+export const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
+
+/** Fields on every response of the service. */
+export const COMMON_FIELDS: readonly HeaderField[] = [
+  ["x-content-type-options", "nosniff"],
+  ["access-control-allow-origin", "*"],
+  [
+    "access-control-expose-headers",
+    "RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, Link, Deprecation, Sunset, ETag",
+  ],
+];
+
+/** Fields of every HTML response: nothing runs, nothing loads from elsewhere, no framing. */
+export const HTML_FIELDS: readonly HeaderField[] = [
+  [
+    "content-security-policy",
+    "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  ],
+  ["referrer-policy", "no-referrer"],
+];
+
+/** Media types, with the parameters the service sends. */
+export const TYPES = {
+  json: "application/json",
+  markdown: "text/markdown; charset=utf-8",
+  html: "text/html; charset=utf-8",
+  text: "text/plain; charset=utf-8",
+  linkset: 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+} as const;
+
+const NEGOTIATED: HeaderField = ["vary", "Accept, Accept-Encoding"];
+const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
+
+/** The `Link`, `Deprecation` and `Sunset` fields of discovery responses (spec section 9, RFC 9745, RFC 8594). */
+export function discoveryFields(config: Config): HeaderField[] {
+  const fields: HeaderField[] = [
+    [
+      "link",
+      `<${config.baseUrl}/developers/deprecation-policy>; rel="deprecation"; type="text/html"`,
+    ],
+  ];
+  if (config.deprecation && config.sunset) {
+    fields.push(["deprecation", `@${Math.floor(config.deprecation.getTime() / 1000)}`]);
+    fields.push(["sunset", config.sunset.toUTCString()]);
+  }
+  return fields;
+}
+
+/**
+ * Builds the route table.
+ *
+ * @returns a map from exact path (case-sensitive, no trailing slash) to route
+ */
+export function buildRoutes(config: Config, content: Content): Map<string, Route> {
+  const discovery = discoveryFields(config);
+  const rep = (type: string, body: string, fields: readonly HeaderField[]) =>
+    buildRepresentation(type, body, { headers: [...fields, ...COMMON_FIELDS] });
+
+  const fixed = (representation: Representation, fields: readonly HeaderField[] = []): Route => ({
+    pick: () => representation,
+    fields,
+  });
+
+  const negotiated = (
+    defaultRep: Representation,
+    markdownRep: Representation,
+    defaultType: string,
+    fields: readonly HeaderField[] = [],
+  ): Route => {
+    const byType: Record<string, Representation> = {
+      [defaultType]: defaultRep,
+      "text/markdown": markdownRep,
+    };
+    const choose = memoize((accept) =>
+      byType[preferredType(accept, [defaultType, "text/markdown"])]!
+    );
+    return { pick: choose, fields };
+  };
+
+  const page = (html: string, markdown: string) =>
+    negotiated(
+      rep(TYPES.html, html, [NEGOTIATED, ...HTML_FIELDS]),
+      rep(TYPES.markdown, markdown, [NEGOTIATED]),
+      "text/html",
+    );
+
+  const platform = negotiated(
+    rep(TYPES.json, content.platformJson, [NEGOTIATED, ...discovery]),
+    rep(TYPES.markdown, content.platformMarkdown, [NEGOTIATED, ...discovery]),
+    "application/json",
+    discovery,
+  );
+  const developers = page(content.developers.html, content.developers.markdown);
+  const openapi = fixed(rep(TYPES.json, content.openapi, [NOT_NEGOTIATED]));
+
+  return new Map<string, Route>([
+    ["/api/v1/platform", platform],
+    ["/", page(content.home.html, content.home.markdown)],
+    ["/developers", developers],
+    ["/api", developers],
+    [
+      "/developers/deprecation-policy",
+      page(content.deprecationPolicy.html, content.deprecationPolicy.markdown),
+    ],
+    [
+      "/developers/deprecation-policy.md",
+      fixed(rep(TYPES.markdown, content.deprecationPolicy.markdown, [NOT_NEGOTIATED])),
+    ],
+    ["/openapi.json", openapi],
+    ["/openapi", openapi],
+    ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
+    ["/.well-known/api-catalog", fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED]))],
+  ]);
+}

@@ -1,0 +1,98 @@
+/**
+ * The service's entry point: read the configuration and content, build the handler, export it for
+ * `deno serve` and Deno Deploy, and, when started with `--listen` (`deno task start`, the compiled
+ * binary), serve it on `HOSTNAME:PORT` and shut down gracefully on SIGTERM and SIGINT.
+ *
+ * `deno serve` evaluates this module as the main module too and offers no way to tell it apart from
+ * `deno run`, so listening is asked for explicitly rather than guessed.
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console
+
+import { createAccessLog, writeAll } from "./lib/access_log.ts";
+import { createHandler } from "./lib/app.ts";
+import { denoEnv, formatConfigErrors, loadConfig } from "./lib/config.ts";
+import { loadContent } from "./lib/content.ts";
+import { MemoryStore } from "./lib/rate_limit.ts";
+
+/** One operational event as a JSON line on stderr (stdout carries the access log). */
+function event(
+  level: "info" | "warn" | "error",
+  message: string,
+  fields: Record<string, unknown> = {},
+): void {
+  console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
+}
+
+function fatal(errors: string[]): never {
+  console.error(formatConfigErrors(errors));
+  Deno.exit(1);
+}
+
+const loaded = loadConfig(denoEnv());
+if (!loaded.ok) fatal(loaded.errors);
+const config = loaded.config;
+
+const contentResult = loadContent(config);
+if (!contentResult.ok) fatal(contentResult.errors);
+
+const store = new MemoryStore(
+  { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 },
+  {
+    maxCallers: config.rateLimitMaxCallers,
+    onCapacity: (tracked) =>
+      event(
+        "warn",
+        "rate limiter at its caller cap: the least recently added callers are being forgotten",
+        {
+          tracked,
+        },
+      ),
+  },
+);
+
+const accessLog = config.accessLog
+  ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
+  : undefined;
+
+const fetch = createHandler({
+  config,
+  content: contentResult.content,
+  store,
+  ...(accessLog ? { accessLog: accessLog.log } : {}),
+  onError: (error) =>
+    event("error", "unexpected error answered 500", {
+      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      stack: error instanceof Error ? error.stack : undefined,
+    }),
+});
+
+export default { fetch } satisfies Deno.ServeDefaultExport;
+
+if (import.meta.main && Deno.args.includes("--listen")) {
+  const server = Deno.serve({
+    port: config.port,
+    hostname: config.hostname,
+    onListen: ({ hostname, port }) =>
+      event("info", "listening", {
+        address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
+        baseUrl: config.baseUrl,
+      }),
+  }, fetch);
+
+  let stopping = false;
+  const stop = async (signal: Deno.Signal) => {
+    if (stopping) return;
+    stopping = true;
+    event("info", "shutting down: finishing requests in flight", { signal });
+    await server.shutdown();
+    accessLog?.flush();
+    await store.close();
+    event("info", "stopped");
+  };
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => void stop(signal));
+  }
+  await server.finished;
+}
