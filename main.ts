@@ -90,6 +90,9 @@ if (import.meta.main && Deno.args.includes("--listen")) {
     accessLog?.flush();
     await store.close();
     event("info", "stopped");
+    // Exit here rather than finish evaluating the module: Deno would then warn that a module with a
+    // default `fetch` export was run with `deno run`, which is intended.
+    Deno.exit(0);
   };
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => void stop(signal));

@@ -263,7 +263,13 @@ function boolean(
 }
 
 function baseUrlOf(raw: string | undefined, port: number, errors: string[]): string {
-  if (raw === undefined) return `http://localhost:${port === 0 ? 8000 : port}`;
+  if (raw === undefined) {
+    // Links must name the port callers use; with PORT=0 it is not known when they are built.
+    if (port === 0) {
+      errors.push("PUBLIC_BASE_URL must be set when PORT is 0: links must name the real port");
+    }
+    return `http://localhost:${port}`;
+  }
   let url: URL;
   try {
     url = new URL(raw);
@@ -309,7 +315,11 @@ function date(raw: string | undefined, name: string, errors: string[]): Date | u
   // ISO 8601 only: Date.parse accepts many other forms whose meaning depends on the engine.
   const iso = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2}))?$/;
   const value = new Date(raw);
-  if (!iso.test(raw) || Number.isNaN(value.getTime())) {
+  const [year, month, day] = raw.slice(0, 10).split("-").map(Number) as [number, number, number];
+  // Date rolls 2027-02-30 over to March; a calendar date that does not exist is a typo, not a date.
+  const exists = new Date(Date.UTC(year, month - 1, day)).getUTCDate() === day && month >= 1 &&
+    month <= 12;
+  if (!iso.test(raw) || Number.isNaN(value.getTime()) || !exists) {
     errors.push(
       `${name} must be an ISO 8601 date (2027-03-01) or date-time with a zone (2027-03-01T00:00:00Z), got ${
         JSON.stringify(raw)
