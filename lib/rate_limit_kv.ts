@@ -42,7 +42,7 @@ export interface KvStoreOptions {
 export interface KvStoreStats {
   /** Reads and atomic commits sent to the database. */
   roundTrips: number;
-  /** Commits that failed their versionstamp check and were taken again. */
+  /** Commits that failed their versionstamp check or found the database locked. */
   conflicts: number;
   /** Requests refused because every attempt conflicted. */
   contended: number;
@@ -156,12 +156,20 @@ export class KvStore implements RateLimitStore {
       if (!admitted) return decisions;
       // Only reachable if the limit was lowered under a live database; keep the newest `limit`.
       if (log.length > limit) log = log.slice(log.length - limit);
-      const result = await this.#kv.atomic()
-        .check(entry)
-        .set(kvKey, encodeLog(log), { expireIn: windowMs + EXPIRY_GRACE_MS })
-        .commit();
+      let committed: boolean;
+      try {
+        const result = await this.#kv.atomic()
+          .check(entry)
+          .set(kvKey, encodeLog(log), { expireIn: windowMs + EXPIRY_GRACE_MS })
+          .commit();
+        committed = result.ok;
+      } catch (error) {
+        // Another process holds SQLite's write lock: nothing was written, so it is a lost race too.
+        if (!isBusy(error)) throw error;
+        committed = false;
+      }
       this.#roundTrips++;
-      if (result.ok) return decisions;
+      if (committed) return decisions;
       this.#conflicts++;
       if (attempt >= this.#maxAttempts) {
         // Refusing is the safe answer: only this caller, hammering hard enough to lose every race,
@@ -206,6 +214,11 @@ export function decodeLog(value: unknown): number[] {
   const log = new Array<number>(value.length / 8);
   for (let i = 0; i < log.length; i++) log[i] = view.getFloat64(i * 8, true);
   return log;
+}
+
+/** Whether `error` is SQLite's "database is locked" (SQLITE_BUSY), raised when processes share a file. */
+function isBusy(error: unknown): boolean {
+  return error instanceof Error && /database is (locked|busy)/i.test(error.message);
 }
 
 function live(log: number[], cutoff: number): number[] {
