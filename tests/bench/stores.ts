@@ -47,6 +47,7 @@ end
 interface Result {
   store: string;
   rps: number;
+  p50ms: number;
   p99ms: number;
   errors: string;
   roundTripsPerRequest: string;
@@ -67,14 +68,18 @@ async function run(cmd: string[], env: Record<string, string> = {}): Promise<str
   return text;
 }
 
-function parseWrk(text: string): { rps: number; p99ms: number; errors: string } {
+function parseWrk(text: string): { rps: number; p50ms: number; p99ms: number; errors: string } {
   const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(text)?.[1]);
-  const p99 = /\s99%\s+([\d.]+)(us|ms|s)\b/.exec(text);
   const unit = { us: 0.001, ms: 1, s: 1000 } as const;
-  const p99ms = p99 ? Number(p99[1]) * unit[p99[2] as keyof typeof unit] : NaN;
+  const percentile = (p: number) => {
+    const match = new RegExp(String.raw`\s${p}%\s+([\d.]+)(us|ms|s)\b`).exec(text);
+    return match ? Number(match[1]) * unit[match[2] as keyof typeof unit] : NaN;
+  };
+  const p50ms = percentile(50);
+  const p99ms = percentile(99);
   const non2xx = /Non-2xx or 3xx responses:\s+(\d+)/.exec(text)?.[1] ?? "0";
   const socket = /Socket errors:[^\n]*/.exec(text)?.[0] ?? "";
-  return { rps, p99ms, errors: `${non2xx} non-2xx${socket ? `; ${socket}` : ""}` };
+  return { rps, p50ms, p99ms, errors: `${non2xx} non-2xx${socket ? `; ${socket}` : ""}` };
 }
 
 async function commandCalls(redis: TestRedis): Promise<number> {
@@ -205,11 +210,11 @@ const results: Result[] = [];
 console.log(
   `\n${CONNECTIONS} connections, ${DURATION} s per store, ${CALLERS} callers, service on CPU 0, wrk on CPU 1\n`,
 );
-console.log("| store | requests/s | p99 | errors | store round trips per request |");
-console.log("|---|---:|---:|---|---|");
+console.log("| store | requests/s | p50 | p99 | errors | store round trips per request |");
+console.log("|---|---:|---:|---:|---|---|");
 for (const r of results) {
   console.log(
-    `| ${r.store} | ${Math.round(r.rps)} | ${
+    `| ${r.store} | ${Math.round(r.rps)} | ${r.p50ms.toFixed(2)} ms | ${
       r.p99ms.toFixed(2)
     } ms | ${r.errors} | ${r.roundTripsPerRequest} |`,
   );
