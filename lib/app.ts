@@ -140,6 +140,7 @@ export function createHandler(options: HandlerOptions): Handler {
   );
   const methodNotAllowed = errorOf("method_not_allowed", "json");
   const rateLimited = errorOf("rate_limited", "json");
+  const rateLimitUnavailable = errorOf("rate_limit_unavailable", "json");
   const internalError = errorOf("internal_error", "json");
   const pickEncoding = memoize(preferredEncoding);
   const vary: HeaderField = ["vary", "Accept"];
@@ -182,7 +183,10 @@ export function createHandler(options: HandlerOptions): Handler {
     ]);
 
   const answer = (request: Request, route: Route | undefined, decision: Decision): Response => {
-    if (!decision.allowed) return error(rateLimited, request, decision, route?.fields);
+    if (!decision.allowed) {
+      const refusal = decision.unavailable ? rateLimitUnavailable : rateLimited;
+      return error(refusal, request, decision, route?.fields);
+    }
     const headers = request.headers;
     if (route === undefined) {
       return error(pickNotFound(headers.get("accept")), request, decision, [vary]);

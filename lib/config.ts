@@ -14,6 +14,15 @@ export const MIN_DEPRECATION_NOTICE_DAYS = 90;
 
 const DAY_MS = 86_400_000;
 
+/** Where rate-limit state lives: this process, Deno KV, or Redis. */
+export type RateLimitStoreKind = "memory" | "kv" | "redis";
+
+/** What the limiter answers when its store fails or times out: admit or refuse. */
+export type StoreErrorPolicy = "open" | "closed";
+
+/** The most requests per window the Deno KV store can hold for one caller (one 64 KiB value). */
+export const KV_MAX_RATE_LIMIT = 8000;
+
 /** Which forwarded header carries the client address when the peer is a trusted proxy. */
 export type ForwardedHeader = "x-forwarded-for" | "forwarded";
 
@@ -47,6 +56,16 @@ export interface Config {
   rateLimitWindowSeconds: number;
   /** Most callers tracked at once by the in-memory store. */
   rateLimitMaxCallers: number;
+  /** Where rate-limit state lives. */
+  rateLimitStore: RateLimitStoreKind;
+  /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
+  kvPath: string | undefined;
+  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
+  redisUrl: string | undefined;
+  /** The longest a shared store may take to decide, in ms. */
+  rateLimitStoreTimeoutMs: number;
+  /** What to answer when the shared store fails or times out. */
+  rateLimitOnStoreError: StoreErrorPolicy;
   /** Peers whose forwarded headers are believed; empty means none. */
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
@@ -78,6 +97,11 @@ export const ENV_NAMES = [
   "RATE_LIMIT",
   "RATE_LIMIT_WINDOW_SECONDS",
   "RATE_LIMIT_MAX_CALLERS",
+  "RATE_LIMIT_STORE",
+  "KV_PATH",
+  "REDIS_URL",
+  "RATE_LIMIT_STORE_TIMEOUT_MS",
+  "RATE_LIMIT_ON_STORE_ERROR",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
   "DEPRECATION_DATE",
@@ -149,6 +173,43 @@ export function loadConfig(env: Env): ConfigResult {
     errors,
   );
 
+  const rateLimitStore = oneOf(
+    read("RATE_LIMIT_STORE"),
+    ["memory", "kv", "redis"] as const,
+    "RATE_LIMIT_STORE",
+    errors,
+  );
+  const kvPath = read("KV_PATH");
+  if (rateLimitStore === "kv" && rateLimit > KV_MAX_RATE_LIMIT) {
+    errors.push(
+      `RATE_LIMIT must be at most ${KV_MAX_RATE_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+    );
+  }
+  const redisUrl = read("REDIS_URL");
+  if (redisUrl !== undefined) {
+    const protocol = URL.parse(redisUrl)?.protocol;
+    if (protocol !== "redis:" && protocol !== "rediss:") {
+      errors.push(
+        `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
+      );
+    }
+  } else if (rateLimitStore === "redis") {
+    errors.push("REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)");
+  }
+  const rateLimitStoreTimeoutMs = integer(
+    read("RATE_LIMIT_STORE_TIMEOUT_MS"),
+    100,
+    "RATE_LIMIT_STORE_TIMEOUT_MS",
+    { min: 1, max: 60_000 },
+    errors,
+  );
+  const rateLimitOnStoreError = oneOf(
+    read("RATE_LIMIT_ON_STORE_ERROR"),
+    ["open", "closed"] as const,
+    "RATE_LIMIT_ON_STORE_ERROR",
+    errors,
+  );
+
   let trustedProxies: CidrSet = parseCidrSet("").set;
   const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
   if (proxies.invalid.length > 0) {
@@ -208,6 +269,11 @@ export function loadConfig(env: Env): ConfigResult {
     rateLimit,
     rateLimitWindowSeconds,
     rateLimitMaxCallers,
+    rateLimitStore,
+    kvPath,
+    redisUrl,
+    rateLimitStoreTimeoutMs,
+    rateLimitOnStoreError,
     trustedProxies,
     forwardedHeader,
     deprecation,
@@ -246,6 +312,33 @@ function integer(
     return fallback;
   }
   return value;
+}
+
+/** Reads one of `choices`, the first being the default; case does not matter. */
+function oneOf<T extends string>(
+  raw: string | undefined,
+  choices: readonly [T, ...T[]],
+  name: string,
+  errors: string[],
+): T {
+  if (raw === undefined) return choices[0];
+  const value = raw.toLowerCase();
+  const found = choices.find((choice) => choice === value);
+  if (found !== undefined) return found;
+  errors.push(
+    `${name} must be ${choices.slice(0, -1).join(", ")} or ${choices.at(-1)}, got ${
+      JSON.stringify(raw)
+    }`,
+  );
+  return choices[0];
+}
+
+/** A URL without its password, for error messages. */
+function redacted(raw: string): string {
+  const url = URL.parse(raw);
+  if (url === null || url.password === "") return raw;
+  url.password = "***";
+  return url.href;
 }
 
 function boolean(
