@@ -24,6 +24,7 @@ Deno.test("every error code has a status and non-empty message and hint", () => 
     not_found: 404,
     method_not_allowed: 405,
     rate_limited: 429,
+    rate_limit_unavailable: 429,
     internal_error: 500,
   });
   for (const code of ERROR_CODES) {
