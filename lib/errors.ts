@@ -99,9 +99,17 @@ export function errorMarkdown(code: ErrorCode, info: ErrorInfo): string {
   return `# ${info.status} ${info.title}\n\n${info.message}\n\n- code: \`${code}\`\n- hint: ${info.hint}\n`;
 }
 
-/** The HTML content (inside the layout) of an error page. */
+/** Escapes text for HTML and turns the http(s) URLs in it into links (a trailing `.` or `;` ends one). */
+function linkified(text: string): string {
+  return escapeHtml(text).replace(
+    /https?:\/\/[^\s<>"]+?(?=[.;,]?(?:\s|$))/g,
+    (url) => `<a href="${url}">${url}</a>`,
+  );
+}
+
+/** The HTML content (inside the layout) of an error page; the URLs of the hint are links. */
 export function errorHtmlContent(code: ErrorCode, info: ErrorInfo): string {
   return `<h1>${info.status} ${escapeHtml(info.title)}</h1>\n<p>${
     escapeHtml(info.message)
-  }</p>\n<p>${escapeHtml(info.hint)}</p>\n<p>Error code: <code>${code}</code></p>\n`;
+  }</p>\n<p>${linkified(info.hint)}</p>\n<p>Error code: <code>${code}</code></p>\n`;
 }
