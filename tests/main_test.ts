@@ -15,7 +15,7 @@ const PERMISSIONS = ["--allow-net", "--allow-env", `--allow-read=${join(ROOT, "s
 
 /** Reads a process's stderr until a JSON "listening" event gives the address. */
 async function listeningAddress(
-  stream: ReadableStream<Uint8Array>,
+  stream: ReadableStream<Uint8Array<ArrayBuffer>>,
 ): Promise<{ url: string; rest: Promise<string> }> {
   const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
   let seen = "";
