@@ -36,7 +36,7 @@ Deno.test("renderPage() escapes metadata and marks the current page", () => {
     /<a href="https:\/\/d\.example\.com\/developers" aria-current="page">Developers<\/a>/,
   );
   assert.match(html, /Acme &amp; Co/);
-  assert.match(html, /<main>\n<p>body<\/p>\n<\/main>/);
+  assert.match(html, /<main id=\"main\"><div class=\"wrap\">\n<p>body<\/p>\n<\/div><\/main>/);
   assert.doesNotMatch(html, /<script|style=/);
 });
 

@@ -34,6 +34,8 @@ Deno.test("buildRoutes() has every public path with its default and Markdown typ
     ["/openapi.json", "application/json", "application/json"],
     ["/openapi", "application/json", "application/json"],
     ["/llms.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
+    ["/style.css", "text/css; charset=utf-8", "text/css; charset=utf-8"],
+    ["/favicon.svg", "image/svg+xml", "image/svg+xml"],
     [
       "/.well-known/api-catalog",
       'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
