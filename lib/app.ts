@@ -173,8 +173,9 @@ export function createHandler(options: HandlerOptions): Handler {
     return respond(e.status, e.body, e.fields, decision, extra);
   };
 
+  // A preflight is never refused (it is not counted), so it carries no Retry-After.
   const preflight = (route: Route, decision: Decision): Response =>
-    respond(STATUS.NoContent, null, COMMON_FIELDS, decision, [
+    respond(STATUS.NoContent, null, COMMON_FIELDS, { ...decision, allowed: true }, [
       ["allow", ALLOWED_METHODS],
       ["access-control-allow-methods", ALLOWED_METHODS],
       ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
@@ -237,9 +238,16 @@ export function createHandler(options: HandlerOptions): Handler {
       : answer(request, route, decision);
   };
 
-  const fail = (err: unknown): Response => {
+  // A failure may come before any rate-limit decision: report the policy with nothing known to be
+  // left, so that clients slow down rather than speed up. Not a 429, so no Retry-After.
+  const undecided: Decision = {
+    allowed: true,
+    remaining: 0,
+    resetSeconds: config.rateLimitWindowSeconds,
+  };
+  const fail = (err: unknown, request: Request): Response => {
     options.onError?.(err);
-    return respond(internalError.status, internalError.body, internalError.fields, undefined);
+    return error(internalError, request, undecided, routes.get(pathOf(request.url))?.fields);
   };
 
   const accessLog = options.accessLog;
@@ -262,10 +270,10 @@ export function createHandler(options: HandlerOptions): Handler {
     try {
       result = handle(request, info, started);
     } catch (err) {
-      result = fail(err);
+      result = fail(err, request);
     }
     if (result instanceof Promise) {
-      return result.catch(fail).then((response) => {
+      return result.catch((err) => fail(err, request)).then((response) => {
         record(request, info, started, response.status);
         return response;
       });
