@@ -140,8 +140,10 @@ export function loadConfig(env: Env): ConfigResult {
     const value = env(name)?.trim();
     return value === "" ? undefined : value;
   };
+  const int = (name: EnvName, fallback: number, range: { min: number; max: number }) =>
+    integer(read(name), fallback, name, range, errors);
 
-  const port = integer(read("PORT"), 8000, "PORT", { min: 0, max: 65535 }, errors);
+  const port = int("PORT", 8000, { min: 0, max: 65535 });
   const hostname = read("HOSTNAME") ?? "0.0.0.0";
   const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
   const link = (name: EnvName, fallback: string) => absoluteUri(read(name), fallback, name, errors);
@@ -151,27 +153,9 @@ export function loadConfig(env: Env): ConfigResult {
     errors.push(`SUPPORT_EMAIL must be an email address, got ${JSON.stringify(supportEmail)}`);
   }
 
-  const rateLimit = integer(
-    read("RATE_LIMIT"),
-    60,
-    "RATE_LIMIT",
-    { min: 1, max: 1_000_000 },
-    errors,
-  );
-  const rateLimitWindowSeconds = integer(
-    read("RATE_LIMIT_WINDOW_SECONDS"),
-    60,
-    "RATE_LIMIT_WINDOW_SECONDS",
-    { min: 1, max: 86_400 },
-    errors,
-  );
-  const rateLimitMaxCallers = integer(
-    read("RATE_LIMIT_MAX_CALLERS"),
-    500_000,
-    "RATE_LIMIT_MAX_CALLERS",
-    { min: 1, max: 100_000_000 },
-    errors,
-  );
+  const rateLimit = int("RATE_LIMIT", 60, { min: 1, max: 1_000_000 });
+  const rateLimitWindowSeconds = int("RATE_LIMIT_WINDOW_SECONDS", 60, { min: 1, max: 86_400 });
+  const rateLimitMaxCallers = int("RATE_LIMIT_MAX_CALLERS", 500_000, { min: 1, max: 100_000_000 });
 
   const rateLimitStore = oneOf(
     read("RATE_LIMIT_STORE"),
@@ -196,13 +180,7 @@ export function loadConfig(env: Env): ConfigResult {
   } else if (rateLimitStore === "redis") {
     errors.push("REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)");
   }
-  const rateLimitStoreTimeoutMs = integer(
-    read("RATE_LIMIT_STORE_TIMEOUT_MS"),
-    100,
-    "RATE_LIMIT_STORE_TIMEOUT_MS",
-    { min: 1, max: 60_000 },
-    errors,
-  );
+  const rateLimitStoreTimeoutMs = int("RATE_LIMIT_STORE_TIMEOUT_MS", 100, { min: 1, max: 60_000 });
   const rateLimitOnStoreError = oneOf(
     read("RATE_LIMIT_ON_STORE_ERROR"),
     ["open", "closed"] as const,
