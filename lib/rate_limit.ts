@@ -257,18 +257,42 @@ export function policyHeader(policy: RateLimitPolicy): string {
   return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
 }
 
+/** The values of the rate-limit fields that are the same on every response. */
+export interface RateLimitConstants {
+  /** `RateLimit-Policy`. */
+  policy: string;
+  /** `RateLimit-Limit`. */
+  limit: string;
+}
+
+/**
+ * The five rate-limit fields of `decision` (and `Retry-After` when it was refused), in the order they
+ * are sent.
+ */
+export function rateLimitFields(
+  decision: Decision,
+  constants: RateLimitConstants,
+): Array<readonly [string, string]> {
+  const remaining = String(decision.remaining);
+  const reset = String(decision.resetSeconds);
+  const fields: Array<readonly [string, string]> = [
+    ["ratelimit-policy", constants.policy],
+    ["ratelimit", `"default";r=${remaining};t=${reset}`],
+    ["ratelimit-limit", constants.limit],
+    ["ratelimit-remaining", remaining],
+    ["ratelimit-reset", reset],
+  ];
+  if (!decision.allowed) fields.push(["retry-after", reset]);
+  return fields;
+}
+
 /**
  * Sets the five rate-limit headers of `decision` on `headers` (and `Retry-After` when it was refused).
  */
 export function setRateLimitHeaders(
   headers: Headers,
   decision: Decision,
-  constants: { policy: string; limit: string },
+  constants: RateLimitConstants,
 ): void {
-  headers.set("ratelimit-policy", constants.policy);
-  headers.set("ratelimit", `"default";r=${decision.remaining};t=${decision.resetSeconds}`);
-  headers.set("ratelimit-limit", constants.limit);
-  headers.set("ratelimit-remaining", String(decision.remaining));
-  headers.set("ratelimit-reset", String(decision.resetSeconds));
-  if (!decision.allowed) headers.set("retry-after", String(decision.resetSeconds));
+  for (const [name, value] of rateLimitFields(decision, constants)) headers.set(name, value);
 }
