@@ -10,7 +10,7 @@
  * @module
  */
 
-import { callerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
+import { createCallerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
 import type { Config } from "./config.ts";
 import type { Content } from "./content.ts";
 import {
@@ -135,10 +135,10 @@ export function createHandler(options: HandlerOptions): Handler {
     limit: String(config.rateLimit),
   };
   const cache = createResponseCache(rateConstants, options.responseCache);
-  const callerOptions = {
+  const callerKey = createCallerKey({
     trustedProxies: config.trustedProxies,
     forwardedHeader: config.forwardedHeader,
-  };
+  });
 
   const errorOf = (code: ErrorCode, type: "json" | "markdown" | "html"): ErrorResponse => {
     const info = catalog[code];
@@ -271,7 +271,7 @@ export function createHandler(options: HandlerOptions): Handler {
   ): Response | Promise<Response> => {
     const route = routes.get(path);
     const headers = request.headers;
-    const key = callerKey(headers, info, callerOptions);
+    const key = callerKey(headers, info);
     const method = request.method;
     if (
       method === "OPTIONS" && headers.has("origin") && headers.has("access-control-request-method")
