@@ -113,6 +113,7 @@ export class MemoryStore implements RateLimitStore {
   readonly #onCapacity: ((tracked: number) => void) | undefined;
   readonly #log = new Map<string, number | number[]>();
   #cursor: MapIterator<[string, number | number[]]> | undefined;
+  #evictCursor: MapIterator<string> | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #evicted = 0;
   #atCapacity = false;
@@ -212,7 +213,13 @@ export class MemoryStore implements RateLimitStore {
         this.#onCapacity?.(this.#log.size);
       }
       // Forget the caller added longest ago: bounded memory matters more than one caller's count.
-      const oldest = this.#log.keys().next();
+      // One iterator lives across evictions: a new one per eviction would step over every entry
+      // deleted since the map was last compacted (tens of microseconds per request at the cap).
+      let oldest = this.#evictCursor?.next();
+      if (oldest === undefined || oldest.done) {
+        this.#evictCursor = this.#log.keys();
+        oldest = this.#evictCursor.next();
+      }
       if (!oldest.done) {
         this.#log.delete(oldest.value);
         this.#evicted++;
