@@ -99,13 +99,14 @@ Deno.addSignalListener("SIGINT", () => {
 
 // The servers under test: the service once per access-log mode, the reference servers once.
 const targets: Record<string, number> = {};
+const pidOf: Record<number, number> = {};
 for (const mode of logModes) {
   const port = freePort();
-  spawn(
+  pidOf[port] = spawn(
     ["run", "--allow-net", "--allow-read=./static", "--allow-env", "main.ts", "--listen"],
     { ...baseEnv, PORT: String(port), ACCESS_LOG: mode === "on" ? "true" : "false" },
     "null", // the access log goes to /dev/null: its formatting is measured, not a terminal
-  );
+  ).pid;
   targets[`service${logModes.length > 1 ? `-log-${mode}` : ""}`] = port;
   await waitFor(`http://127.0.0.1:${port}/llms.txt`);
 }
@@ -131,14 +132,27 @@ while (!line.includes("\n")) {
 reader.releaseLock();
 refs.stdout.cancel().catch(() => {});
 const refPorts: Record<string, number> = JSON.parse(line.slice(line.indexOf("{")));
+for (const port of Object.values(refPorts)) pidOf[port] = refs.pid;
 const serviceNames = Object.keys(targets);
 
 interface Run {
   rps: number;
+  /** Requests per second of server CPU time (user + system): what contention on the machine cannot skew. */
+  rpsCpu: number;
   p50: number;
   p99: number;
   errors: number;
   non2xx3xx: number;
+}
+
+/** CPU seconds (user + system, every thread) a process has used, from /proc. */
+async function cpuSeconds(pid: number): Promise<number> {
+  // Through cat: Deno asks for --allow-all to read /proc/<pid> itself.
+  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/stat`], stdout: "piped" })
+    .output();
+  const stat = new TextDecoder().decode(out.stdout);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in USER_HZ (100)
 }
 
 async function wrk(
@@ -146,6 +160,8 @@ async function wrk(
   scenario: typeof SCENARIOS[number],
   seconds: number,
 ): Promise<Run> {
+  const pid = pidOf[port]!;
+  const cpuBefore = await cpuSeconds(pid);
   const out = await new Deno.Command("taskset", {
     args: [
       "-c",
@@ -162,6 +178,7 @@ async function wrk(
       "--",
       String(scenario.callers),
       scenario.accept ?? "-",
+      args.threads,
     ],
     stdout: "piped",
     stderr: "piped",
@@ -170,8 +187,10 @@ async function wrk(
   const json = text.split("\n").find((l) => l.startsWith("WRKJSON "));
   if (!json) throw new Error(`wrk failed: ${text}${new TextDecoder().decode(out.stderr)}`);
   const r = JSON.parse(json.slice(8));
+  const cpu = await cpuSeconds(pid) - cpuBefore;
   return {
     rps: r.requests / (r.duration_us / 1e6),
+    rpsCpu: r.requests / cpu,
     p50: r.p50_us / 1000,
     p99: r.p99_us / 1000,
     errors: r.connect + r.read + r.write + r.timeout,
@@ -262,9 +281,9 @@ const spread = (xs: number[], digits: number) =>
 
 const rows: string[] = [];
 rows.push(
-  "| scenario | server | rps | p50 ms | p99 ms | rps / ceiling | p99 / ceiling | rps / bare |",
+  "| scenario | server | rps | p50 ms | p99 ms | rps / ceiling | p99 / ceiling | rps / bare | rps per CPU-s / ceiling's |",
 );
-rows.push("|---|---|---|---|---|---|---|---|");
+rows.push("|---|---|---|---|---|---|---|---|---|");
 for (const runs of plan) {
   const name = runs[0]!.scenario.name;
   const ceiling = results.get(`${name}|ceiling`)!;
@@ -281,7 +300,7 @@ for (const runs of plan) {
         spread(perRound((x, c) => x.rps / c.rps, ceiling), 3)
       } | ${spread(perRound((x, c) => x.p99 / c.p99, ceiling), 2)} | ${
         spread(perRound((x, c) => x.rps / c.rps, bare), 3)
-      } |`,
+      } | ${spread(perRound((x, c) => x.rpsCpu / c.rpsCpu, ceiling), 3)} |`,
     );
   }
 }
