@@ -35,6 +35,7 @@ import {
   createResponseCache,
   type ResponseCacheOptions,
   type ResponseTemplate,
+  sendableBody,
 } from "./response_cache.ts";
 import {
   ALLOWED_METHODS,
@@ -161,7 +162,7 @@ export function createHandler(options: HandlerOptions): Handler {
     return { status: info.status, body: ENCODER.encode(body), fields };
   };
   const errorTemplates = (e: ErrorResponse, extra: readonly HeaderField[]): ErrorTemplates => ({
-    get: { status: e.status, body: e.body, fields: [...e.fields, ...extra] },
+    get: { status: e.status, body: sendableBody(e.body, false), fields: [...e.fields, ...extra] },
     head: {
       status: e.status,
       body: null,
@@ -196,7 +197,14 @@ export function createHandler(options: HandlerOptions): Handler {
     if (built === undefined) {
       built = {
         etag: variant.etag,
-        ok: { status: STATUS.OK, body: variant.body, fields: variant.headers },
+        ok: {
+          status: STATUS.OK,
+          body: sendableBody(
+            variant.body,
+            variant.headers.some(([name]) => name === "content-encoding"),
+          ),
+          fields: variant.headers,
+        },
         head: {
           status: STATUS.OK,
           body: null,

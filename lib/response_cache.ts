@@ -19,8 +19,11 @@ import type { HeaderField } from "./routes.ts";
 export interface ResponseTemplate {
   /** HTTP status. */
   readonly status: number;
-  /** The body, or `null` (HEAD, 204, 304). */
-  readonly body: Uint8Array<ArrayBuffer> | null;
+  /**
+   * The body, or `null` (HEAD, 204, 304). Text is best given as a string: Deno clones and sends a
+   * string body faster than the same bytes (see {@linkcode sendableBody}).
+   */
+  readonly body: Uint8Array<ArrayBuffer> | string | null;
   /** The fields, in the order they are sent, before the rate-limit fields. */
   readonly fields: readonly HeaderField[];
 }
@@ -47,6 +50,29 @@ export interface ResponseCache {
   respond(template: ResponseTemplate, decision: Decision): Response;
   /** The number of kept responses, hits and misses. */
   stats(): ResponseCacheStats;
+}
+
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * The body to keep in a template: the text of an unencoded UTF-8 body (Deno's `clone()` copies a
+ * byte body through a structured clone and sends a string body by a faster op; the bytes on the wire
+ * are the same), otherwise the bytes as they are.
+ *
+ * @param encoded whether the body has a content coding (gzip, br): then it is never text
+ */
+export function sendableBody(
+  body: Uint8Array<ArrayBuffer>,
+  encoded: boolean,
+): Uint8Array<ArrayBuffer> | string {
+  if (encoded) return body;
+  try {
+    const text = STRICT_UTF8.decode(body);
+    // Only if encoding the text gives back these very bytes.
+    return new TextEncoder().encode(text).length === body.length ? text : body;
+  } catch {
+    return body;
+  }
 }
 
 /**

@@ -13,6 +13,7 @@ import {
   buildResponse,
   createResponseCache,
   type ResponseTemplate,
+  sendableBody,
 } from "../lib/response_cache.ts";
 
 const CONSTANTS = { policy: '"default";q=60;w=60', limit: "60" };
@@ -152,4 +153,17 @@ Deno.test("rateLimitFields() lists the five fields in draft-10 syntax, and Retry
     rateLimitFields({ allowed: false, remaining: 0, resetSeconds: 4 }, CONSTANTS).at(-1),
     ["retry-after", "4"],
   );
+});
+
+Deno.test("sendableBody() keeps unencoded UTF-8 as text and everything else as bytes", async () => {
+  const utf8 = new TextEncoder().encode("Größe: 10 €");
+  assert.equal(sendableBody(utf8, false), "Größe: 10 €");
+  // The same bytes on the wire either way.
+  const sent = new Uint8Array(await new Response(sendableBody(utf8, false)).arrayBuffer());
+  assert.deepEqual(sent, utf8);
+  assert.equal(sendableBody(utf8, true), utf8, "an encoded body is never text");
+  const invalid = new Uint8Array([0x7b, 0xff, 0x7d]);
+  assert.equal(sendableBody(invalid, false), invalid, "not UTF-8: bytes");
+  const bom = new Uint8Array([0xef, 0xbb, 0xbf, 0x41]);
+  assert.deepEqual(new Uint8Array(await new Response(sendableBody(bom, false)).arrayBuffer()), bom);
 });
