@@ -14,7 +14,7 @@ import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/app.ts";
 import { denoEnv, formatConfigErrors, loadConfig } from "./lib/config.ts";
 import { loadContent } from "./lib/content.ts";
-import { MemoryStore } from "./lib/rate_limit.ts";
+import { openRateLimitStore } from "./lib/rate_limit_store.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
 function event(
@@ -37,20 +37,26 @@ const config = loaded.config;
 const contentResult = loadContent(config);
 if (!contentResult.ok) fatal(contentResult.errors);
 
-const store = new MemoryStore(
-  { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 },
-  {
-    maxCallers: config.rateLimitMaxCallers,
-    onCapacity: (tracked) =>
-      event(
-        "warn",
-        "rate limiter at its caller cap: the least recently added callers are being forgotten",
-        {
-          tracked,
-        },
-      ),
-  },
-);
+const store = await openRateLimitStore(config, {
+  onCapacity: (tracked) =>
+    event(
+      "warn",
+      "rate limiter at its caller cap: the least recently added callers are being forgotten",
+      {
+        tracked,
+      },
+    ),
+  onIncident: (incident) =>
+    incident.kind === "unavailable"
+      ? event("warn", "rate-limit store unavailable: answering by the failure policy", {
+        store: config.rateLimitStore,
+        ...incident,
+      })
+      : event("info", "rate-limit store recovered: limiting resumed", {
+        store: config.rateLimitStore,
+        ...incident,
+      }),
+});
 
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
@@ -90,6 +96,9 @@ if (import.meta.main && Deno.args.includes("--listen")) {
     accessLog?.flush();
     await store.close();
     event("info", "stopped");
+    // Exit here rather than finish evaluating the module: Deno would then warn that a module with a
+    // default `fetch` export was run with `deno run`, which is intended.
+    Deno.exit(0);
   };
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => void stop(signal));

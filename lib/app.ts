@@ -31,7 +31,6 @@ import {
 } from "./rate_limit.ts";
 import type { Representation, Variant } from "./representation.ts";
 import {
-  buildResponse,
   createResponseCache,
   type ResponseCacheOptions,
   type ResponseTemplate,
@@ -111,6 +110,9 @@ interface RouteTemplates {
   preflight: ResponseTemplate;
   methodNotAllowed: ResponseTemplate;
   rateLimited: ErrorTemplates;
+  /** The refusal when the store could not decide (`Decision.unavailable`). */
+  unavailable: ErrorTemplates;
+  internalError: ErrorTemplates;
 }
 
 const ENCODER = new TextEncoder();
@@ -185,8 +187,11 @@ export function createHandler(options: HandlerOptions): Handler {
   );
   const methodNotAllowed = errorOf("method_not_allowed", "json");
   const rateLimited = errorOf("rate_limited", "json");
+  const rateLimitUnavailable = errorOf("rate_limit_unavailable", "json");
+  const internalError = errorOf("internal_error", "json");
   const unknownRateLimited = errorTemplates(rateLimited, []);
-  const internalError = errorTemplates(errorOf("internal_error", "json"), []).get;
+  const unknownUnavailable = errorTemplates(rateLimitUnavailable, []);
+  const unknownInternalError = errorTemplates(internalError, []);
   const pickEncoding = memoize(preferredEncoding);
 
   // Templates are built once per variant (codings that do not compress share one): their identity
@@ -239,9 +244,18 @@ export function createHandler(options: HandlerOptions): Handler {
     },
     methodNotAllowed: errorTemplates(methodNotAllowed, route.fields).get,
     rateLimited: errorTemplates(rateLimited, route.fields),
+    unavailable: errorTemplates(rateLimitUnavailable, route.fields),
+    internalError: errorTemplates(internalError, route.fields),
   });
   const routes = new Map<string, RouteTemplates>();
   for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
+
+  // A preflight is never refused (it is not counted), so it carries no Retry-After.
+  const preflight = (route: RouteTemplates, decision: Decision): Response =>
+    cache.respond(
+      route.preflight,
+      decision.allowed ? decision : { ...decision, allowed: true },
+    );
 
   const answer = (
     request: Request,
@@ -250,7 +264,11 @@ export function createHandler(options: HandlerOptions): Handler {
     decision: Decision,
   ): Response => {
     if (!decision.allowed) {
-      const refused = route ? route.rateLimited : unknownRateLimited;
+      const refused = decision.unavailable
+        ? route ? route.unavailable : unknownUnavailable
+        : route
+        ? route.rateLimited
+        : unknownRateLimited;
       return cache.respond(method === "HEAD" ? refused.head : refused.get, decision);
     }
     const headers = request.headers;
@@ -267,7 +285,7 @@ export function createHandler(options: HandlerOptions): Handler {
       }
       return cache.respond(method === "HEAD" ? variant.head : variant.ok, decision);
     }
-    if (method === "OPTIONS") return cache.respond(route.preflight, decision);
+    if (method === "OPTIONS") return preflight(route, decision);
     return cache.respond(route.methodNotAllowed, decision);
   };
 
@@ -287,7 +305,7 @@ export function createHandler(options: HandlerOptions): Handler {
       // A CORS preflight is the browser asking permission, not the caller's request: never counted.
       const peeked = store.peek(key, started);
       const finish = (d: Decision) =>
-        cache.respond(route ? route.preflight : pickNotFound(headers.get("accept")).get, d);
+        route ? preflight(route, d) : cache.respond(pickNotFound(headers.get("accept")).get, d);
       return peeked instanceof Promise ? peeked.then(finish) : finish(peeked);
     }
     const decision = store.hit(key, started);
@@ -296,9 +314,17 @@ export function createHandler(options: HandlerOptions): Handler {
       : answer(request, method, route, decision);
   };
 
-  const fail = (err: unknown): Response => {
+  // A failure may come before any rate-limit decision: report the policy with nothing known to be
+  // left, so that clients slow down rather than speed up. Not a 429, so no Retry-After.
+  const undecided: Decision = {
+    allowed: true,
+    remaining: 0,
+    resetSeconds: config.rateLimitWindowSeconds,
+  };
+  const fail = (err: unknown, request: Request): Response => {
     options.onError?.(err);
-    return buildResponse(internalError, undefined, rateConstants);
+    const failed = routes.get(pathOf(request.url))?.internalError ?? unknownInternalError;
+    return cache.respond(request.method === "HEAD" ? failed.head : failed.get, undecided);
   };
 
   const accessLog = options.accessLog;
@@ -340,10 +366,10 @@ export function createHandler(options: HandlerOptions): Handler {
     try {
       result = handle(request, info, started, path);
     } catch (err) {
-      result = fail(err);
+      result = fail(err, request);
     }
     if (result instanceof Promise) {
-      return result.catch(fail).then((response) => {
+      return result.catch((err) => fail(err, request)).then((response) => {
         record(request, info, started, path, response.status);
         return response;
       });

@@ -14,6 +14,15 @@ export const MIN_DEPRECATION_NOTICE_DAYS = 90;
 
 const DAY_MS = 86_400_000;
 
+/** Where rate-limit state lives: this process, Deno KV, or Redis. */
+export type RateLimitStoreKind = "memory" | "kv" | "redis";
+
+/** What the limiter answers when its store fails or times out: admit or refuse. */
+export type StoreErrorPolicy = "open" | "closed";
+
+/** The most requests per window the Deno KV store can hold for one caller (one 64 KiB value). */
+export const KV_MAX_RATE_LIMIT = 8000;
+
 /** Which forwarded header carries the client address when the peer is a trusted proxy. */
 export type ForwardedHeader = "x-forwarded-for" | "forwarded";
 
@@ -47,6 +56,16 @@ export interface Config {
   rateLimitWindowSeconds: number;
   /** Most callers tracked at once by the in-memory store. */
   rateLimitMaxCallers: number;
+  /** Where rate-limit state lives. */
+  rateLimitStore: RateLimitStoreKind;
+  /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
+  kvPath: string | undefined;
+  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
+  redisUrl: string | undefined;
+  /** The longest a shared store may take to decide, in ms. */
+  rateLimitStoreTimeoutMs: number;
+  /** What to answer when the shared store fails or times out. */
+  rateLimitOnStoreError: StoreErrorPolicy;
   /** Peers whose forwarded headers are believed; empty means none. */
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
@@ -78,6 +97,11 @@ export const ENV_NAMES = [
   "RATE_LIMIT",
   "RATE_LIMIT_WINDOW_SECONDS",
   "RATE_LIMIT_MAX_CALLERS",
+  "RATE_LIMIT_STORE",
+  "KV_PATH",
+  "REDIS_URL",
+  "RATE_LIMIT_STORE_TIMEOUT_MS",
+  "RATE_LIMIT_ON_STORE_ERROR",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
   "DEPRECATION_DATE",
@@ -149,6 +173,43 @@ export function loadConfig(env: Env): ConfigResult {
     errors,
   );
 
+  const rateLimitStore = oneOf(
+    read("RATE_LIMIT_STORE"),
+    ["memory", "kv", "redis"] as const,
+    "RATE_LIMIT_STORE",
+    errors,
+  );
+  const kvPath = read("KV_PATH");
+  if (rateLimitStore === "kv" && rateLimit > KV_MAX_RATE_LIMIT) {
+    errors.push(
+      `RATE_LIMIT must be at most ${KV_MAX_RATE_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+    );
+  }
+  const redisUrl = read("REDIS_URL");
+  if (redisUrl !== undefined) {
+    const protocol = URL.parse(redisUrl)?.protocol;
+    if (protocol !== "redis:" && protocol !== "rediss:") {
+      errors.push(
+        `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
+      );
+    }
+  } else if (rateLimitStore === "redis") {
+    errors.push("REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)");
+  }
+  const rateLimitStoreTimeoutMs = integer(
+    read("RATE_LIMIT_STORE_TIMEOUT_MS"),
+    100,
+    "RATE_LIMIT_STORE_TIMEOUT_MS",
+    { min: 1, max: 60_000 },
+    errors,
+  );
+  const rateLimitOnStoreError = oneOf(
+    read("RATE_LIMIT_ON_STORE_ERROR"),
+    ["open", "closed"] as const,
+    "RATE_LIMIT_ON_STORE_ERROR",
+    errors,
+  );
+
   let trustedProxies: CidrSet = parseCidrSet("").set;
   const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
   if (proxies.invalid.length > 0) {
@@ -208,6 +269,11 @@ export function loadConfig(env: Env): ConfigResult {
     rateLimit,
     rateLimitWindowSeconds,
     rateLimitMaxCallers,
+    rateLimitStore,
+    kvPath,
+    redisUrl,
+    rateLimitStoreTimeoutMs,
+    rateLimitOnStoreError,
     trustedProxies,
     forwardedHeader,
     deprecation,
@@ -248,6 +314,33 @@ function integer(
   return value;
 }
 
+/** Reads one of `choices`, the first being the default; case does not matter. */
+function oneOf<T extends string>(
+  raw: string | undefined,
+  choices: readonly [T, ...T[]],
+  name: string,
+  errors: string[],
+): T {
+  if (raw === undefined) return choices[0];
+  const value = raw.toLowerCase();
+  const found = choices.find((choice) => choice === value);
+  if (found !== undefined) return found;
+  errors.push(
+    `${name} must be ${choices.slice(0, -1).join(", ")} or ${choices.at(-1)}, got ${
+      JSON.stringify(raw)
+    }`,
+  );
+  return choices[0];
+}
+
+/** A URL without its password, for error messages. */
+function redacted(raw: string): string {
+  const url = URL.parse(raw);
+  if (url === null || url.password === "") return raw;
+  url.password = "***";
+  return url.href;
+}
+
 function boolean(
   raw: string | undefined,
   fallback: boolean,
@@ -263,7 +356,13 @@ function boolean(
 }
 
 function baseUrlOf(raw: string | undefined, port: number, errors: string[]): string {
-  if (raw === undefined) return `http://localhost:${port === 0 ? 8000 : port}`;
+  if (raw === undefined) {
+    // Links must name the port callers use; with PORT=0 it is not known when they are built.
+    if (port === 0) {
+      errors.push("PUBLIC_BASE_URL must be set when PORT is 0: links must name the real port");
+    }
+    return `http://localhost:${port}`;
+  }
   let url: URL;
   try {
     url = new URL(raw);
@@ -309,7 +408,11 @@ function date(raw: string | undefined, name: string, errors: string[]): Date | u
   // ISO 8601 only: Date.parse accepts many other forms whose meaning depends on the engine.
   const iso = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2}))?$/;
   const value = new Date(raw);
-  if (!iso.test(raw) || Number.isNaN(value.getTime())) {
+  const [year, month, day] = raw.slice(0, 10).split("-").map(Number) as [number, number, number];
+  // Date rolls 2027-02-30 over to March; a calendar date that does not exist is a typo, not a date.
+  const exists = new Date(Date.UTC(year, month - 1, day)).getUTCDate() === day && month >= 1 &&
+    month <= 12;
+  if (!iso.test(raw) || Number.isNaN(value.getTime()) || !exists) {
     errors.push(
       `${name} must be an ISO 8601 date (2027-03-01) or date-time with a zone (2027-03-01T00:00:00Z), got ${
         JSON.stringify(raw)

@@ -3,13 +3,17 @@
  *
  * The operator edits Markdown (and `openapi.json`, `llms.txt`); `{{placeholder}}`s in them are filled
  * from the configuration, and HTML is rendered from the same Markdown, so the two representations of a
- * page never disagree. An unknown placeholder or a missing file is a start-up error, not a broken page.
+ * page never disagree. `{{api_reference}}` in a page is replaced by the API reference generated from the
+ * filled `openapi.json` (see `api_reference.ts`). An unknown placeholder or a missing file is a start-up
+ * error, not a broken page.
  *
  * @module
  */
 
-import { Marked } from "marked";
+import { Marked, Renderer, type Tokens } from "marked";
+import { gfmHeadingId } from "marked-gfm-heading-id";
 import { join } from "node:path";
+import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "./config.ts";
 import { escapeHtml, type PageMeta, renderPage, type Site } from "./layout.ts";
 
@@ -44,6 +48,10 @@ export interface Content {
   llms: string;
   /** `/.well-known/api-catalog`. */
   apiCatalog: string;
+  /** `/style.css`: the pages' only stylesheet. */
+  stylesheet: string;
+  /** `/favicon.svg`: the pages' icon. */
+  icon: string;
   /** The rendered layout, for pages built elsewhere (the 404 page). */
   site: Site;
   /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped). */
@@ -61,15 +69,26 @@ export const STATIC_FILES = [
   "platform.md",
   "llms.txt",
   "openapi.json",
+  "style.css",
+  "favicon.svg",
 ] as const;
 
-/** A Markdown renderer that escapes raw HTML: content can never inject markup or scripts into a page. */
+/**
+ * A Markdown renderer that escapes raw HTML: content can never inject markup or scripts into a page.
+ * Headings get GitHub-style ids (linkable sections); tables are wrapped in a labelled, focusable box
+ * that scrolls sideways on narrow screens, so keyboard users can scroll it too (WCAG 2.1.1).
+ */
 function markdownRenderer(): (markdown: string) => string {
-  const marked = new Marked({
-    gfm: true,
+  const marked = new Marked({ gfm: true }, gfmHeadingId(), {
     renderer: {
       html({ text }) {
         return escapeHtml(text);
+      },
+      table(this: Renderer, token: Tokens.Table) {
+        const label = token.header.map((cell) => cell.text.replaceAll("`", "")).join(", ");
+        return `<div class="table-scroll" role="region" tabindex="0" aria-label="${
+          escapeHtml(`Table: ${label}`)
+        }">\n${Renderer.prototype.table.call(this, token)}</div>\n`;
       },
     },
   });
@@ -135,6 +154,15 @@ export function titleOf(markdown: string): string | undefined {
   return /^#\s+(.+?)\s*#*\s*$/m.exec(markdown)?.[1];
 }
 
+/**
+ * The `<title>` of a page: its heading, with the product name appended when the heading lacks it, so
+ * every title is distinct and says whose it is.
+ */
+export function pageTitle(heading: string | undefined, name: string): string {
+  if (heading === undefined) return name;
+  return heading.includes(name) ? heading : `${heading} · ${name}`;
+}
+
 /** The first paragraph of a Markdown document as plain text, for `<meta name="description">`. */
 export function summaryOf(markdown: string): string | undefined {
   for (const block of markdown.split(/\n\s*\n/)) {
@@ -160,7 +188,14 @@ export function loadContent(
   const values = placeholders(config);
   const files: Partial<Record<typeof STATIC_FILES[number], string>> = {};
 
-  for (const name of STATIC_FILES) {
+  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document. Until
+  // then it is empty, so a broken openapi.json is reported once, not again by every page using it.
+  const pageValues: Record<string, string> = { ...values, api_reference: "" };
+  const order = [
+    "openapi.json",
+    ...STATIC_FILES.filter((name) => name !== "openapi.json"),
+  ] as const;
+  for (const name of order) {
     let raw: string;
     try {
       raw = read(join(dir, name));
@@ -185,10 +220,24 @@ export function loadContent(
         continue;
       }
       const unknown: string[] = [];
-      files[name] = JSON.stringify(fillJson(parsed, values, unknown));
+      const filledJson = fillJson(parsed, values, unknown);
+      files[name] = JSON.stringify(filledJson);
       if (unknown.length > 0) errors.push(unknownMessage(name, unknown));
+      if (name === "openapi.json" && unknown.length === 0) {
+        try {
+          pageValues.api_reference = apiReferenceMarkdown(filledJson);
+        } catch (error) {
+          errors.push(
+            `static/${name}: the API reference cannot be generated: ${
+              error instanceof Error ? error.message : String(error)
+            }`,
+          );
+        }
+      }
+    } else if (name.endsWith(".css") || name.endsWith(".svg")) {
+      files[name] = raw;
     } else {
-      const filled = fill(raw, values);
+      const filled = fill(raw, name.endsWith(".md") ? pageValues : values);
       files[name] = filled.text;
       if (filled.unknown.length > 0) errors.push(unknownMessage(name, filled.unknown));
     }
@@ -201,7 +250,7 @@ export function loadContent(
     const markdown = files[file as typeof STATIC_FILES[number]]!;
     const meta: PageMeta = {
       path,
-      title: titleOf(markdown) ?? config.name,
+      title: pageTitle(titleOf(markdown), config.name),
       description: summaryOf(markdown) ?? config.description,
       markdownUrl: config.baseUrl + markdownPath,
     };
@@ -229,6 +278,8 @@ export function loadContent(
     ),
     openapi: files["openapi.json"]!,
     llms: files["llms.txt"]!,
+    stylesheet: files["style.css"]!,
+    icon: files["favicon.svg"]!,
     apiCatalog: JSON.stringify({
       linkset: [
         { anchor: `${base}/.well-known/api-catalog`, item: [{ href: `${base}/api/v1/platform` }] },

@@ -12,13 +12,19 @@ import { escapeHtml } from "./layout.ts";
 import { STATUS } from "./http.ts";
 
 /** The stable error codes. Adding one is a change of the public contract (README, OpenAPI). */
-export type ErrorCode = "not_found" | "method_not_allowed" | "rate_limited" | "internal_error";
+export type ErrorCode =
+  | "not_found"
+  | "method_not_allowed"
+  | "rate_limited"
+  | "rate_limit_unavailable"
+  | "internal_error";
 
 /** Every {@linkcode ErrorCode}, in the order the documentation lists them. */
 export const ERROR_CODES: readonly ErrorCode[] = [
   "not_found",
   "method_not_allowed",
   "rate_limited",
+  "rate_limit_unavailable",
   "internal_error",
 ];
 
@@ -64,6 +70,15 @@ export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
         `Rate limit exceeded: ${config.rateLimit} requests per ${config.rateLimitWindowSeconds} seconds per caller.`,
       hint: "Wait at least the number of seconds in the Retry-After header before retrying.",
     },
+    rate_limit_unavailable: {
+      // 429 rather than 503: the limiter's store is down and the operator chose to refuse rather
+      // than serve unlimited; the service itself is up, and a retry soon is expected to succeed.
+      status: STATUS.TooManyRequests,
+      title: "Too many requests",
+      message:
+        "The rate limiter cannot count requests right now, and this service refuses requests it cannot count.",
+      hint: "Wait the number of seconds in the Retry-After header and retry; this is temporary.",
+    },
     internal_error: {
       status: STATUS.InternalServerError,
       title: "Internal error",
@@ -84,9 +99,17 @@ export function errorMarkdown(code: ErrorCode, info: ErrorInfo): string {
   return `# ${info.status} ${info.title}\n\n${info.message}\n\n- code: \`${code}\`\n- hint: ${info.hint}\n`;
 }
 
-/** The HTML content (inside the layout) of an error page. */
+/** Escapes text for HTML and turns the http(s) URLs in it into links (a trailing `.` or `;` ends one). */
+function linkified(text: string): string {
+  return escapeHtml(text).replace(
+    /https?:\/\/[^\s<>"]+?(?=[.;,]?(?:\s|$))/g,
+    (url) => `<a href="${url}">${url}</a>`,
+  );
+}
+
+/** The HTML content (inside the layout) of an error page; the URLs of the hint are links. */
 export function errorHtmlContent(code: ErrorCode, info: ErrorInfo): string {
   return `<h1>${info.status} ${escapeHtml(info.title)}</h1>\n<p>${
     escapeHtml(info.message)
-  }</p>\n<p>${escapeHtml(info.hint)}</p>\n<p>Error code: <code>${code}</code></p>\n`;
+  }</p>\n<p>${linkified(info.hint)}</p>\n<p>Error code: <code>${code}</code></p>\n`;
 }

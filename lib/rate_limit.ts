@@ -24,6 +24,8 @@ export interface Decision {
   remaining: number;
   /** Delta seconds until the oldest counted request leaves the window, rounded up; 0 if none is counted. */
   resetSeconds: number;
+  /** Set when the store could not decide and the request was refused by the failure policy. */
+  unavailable?: true;
 }
 
 /**

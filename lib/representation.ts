@@ -10,7 +10,7 @@
 
 import { brotliCompressSync, constants as zlib, gzipSync } from "node:zlib";
 import { createHash } from "node:crypto";
-import { type Encoding, ENCODINGS } from "./negotiate.ts";
+import type { Encoding } from "./negotiate.ts";
 
 /** One encoded body and the fields that describe it. */
 export interface Variant {
@@ -73,8 +73,13 @@ export function buildRepresentation(
   const extra = options.headers ?? [];
   const cacheControl = options.cacheControl ?? "no-cache";
   const variants = {} as Record<Encoding, Variant>;
-  for (const encoding of ENCODINGS) {
+  // Identity first, so that a coding which does not make the body smaller can share its variant.
+  for (const encoding of ["identity", "br", "gzip"] as const) {
     const useEncoding = encoding !== "identity" && encoded[encoding].length < identity.length;
+    if (encoding !== "identity" && !useEncoding) {
+      variants[encoding] = variants.identity;
+      continue;
+    }
     const bytes = useEncoding ? new Uint8Array(encoded[encoding]) : identity;
     const etag = `"${createHash("sha256").update(bytes).digest("base64url").slice(0, 27)}"`;
     const common: Array<readonly [string, string]> = [["etag", etag], [

@@ -9,7 +9,8 @@
  */
 
 import type { Config } from "./config.ts";
-import type { Content } from "./content.ts";
+import type { Content, Page } from "./content.ts";
+import { ICON_PATH, linkHeader, pageLinks, STYLESHEET_PATH } from "./layout.ts";
 import { memoize, preferredType } from "./negotiate.ts";
 import { buildRepresentation, type Representation } from "./representation.ts";
 
@@ -52,11 +53,21 @@ export const TYPES = {
   markdown: "text/markdown; charset=utf-8",
   html: "text/html; charset=utf-8",
   text: "text/plain; charset=utf-8",
+  css: "text/css; charset=utf-8",
+  svg: "image/svg+xml",
   linkset: 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
 } as const;
 
 const NEGOTIATED: HeaderField = ["vary", "Accept, Accept-Encoding"];
 const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
+
+/**
+ * Caching of the stylesheet and the icon: unlike the documents, they may be reused for an hour without
+ * asking, so a reader moving between pages does not spend requests of their rate limit on them each
+ * time; an edited stylesheet reaches every reader within the hour, and the ETag makes the revalidation
+ * after it cheap.
+ */
+export const ASSET_CACHE_CONTROL = "public, max-age=3600";
 
 /** The `Link`, `Deprecation` and `Sunset` fields of discovery responses (spec section 9, RFC 9745, RFC 8594). */
 export function discoveryFields(config: Config): HeaderField[] {
@@ -83,6 +94,12 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
   const rep = (type: string, body: string, fields: readonly HeaderField[]) =>
     buildRepresentation(type, body, { headers: [...fields, ...COMMON_FIELDS] });
 
+  const asset = (type: string, body: string) =>
+    buildRepresentation(type, body, {
+      headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
+      cacheControl: ASSET_CACHE_CONTROL,
+    });
+
   const fixed = (representation: Representation, fields: readonly HeaderField[] = []): Route => ({
     pick: () => representation,
     fields,
@@ -104,9 +121,15 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     return { pick: choose, fields };
   };
 
-  const page = (html: string, markdown: string) =>
+  // HTML pages announce their Markdown alternate and the OpenAPI description in `Link` too, the same
+  // links as their `<link>` elements (RFC 8288), for clients that read headers only (HEAD).
+  const page = ({ html, markdown, meta }: Page) =>
     negotiated(
-      rep(TYPES.html, html, [NEGOTIATED, ...HTML_FIELDS]),
+      rep(TYPES.html, html, [
+        NEGOTIATED,
+        ...HTML_FIELDS,
+        ["link", linkHeader(pageLinks(meta, content.site))],
+      ]),
       rep(TYPES.markdown, markdown, [NEGOTIATED]),
       "text/html",
     );
@@ -117,17 +140,17 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     "application/json",
     discovery,
   );
-  const developers = page(content.developers.html, content.developers.markdown);
+  const developers = page(content.developers);
   const openapi = fixed(rep(TYPES.json, content.openapi, [NOT_NEGOTIATED]));
 
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
-    ["/", page(content.home.html, content.home.markdown)],
+    ["/", page(content.home)],
     ["/developers", developers],
     ["/api", developers],
     [
       "/developers/deprecation-policy",
-      page(content.deprecationPolicy.html, content.deprecationPolicy.markdown),
+      page(content.deprecationPolicy),
     ],
     [
       "/developers/deprecation-policy.md",
@@ -137,5 +160,7 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     ["/openapi", openapi],
     ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
     ["/.well-known/api-catalog", fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED]))],
+    [STYLESHEET_PATH, fixed(asset(TYPES.css, content.stylesheet))],
+    [ICON_PATH, fixed(asset(TYPES.svg, content.icon))],
   ]);
 }

@@ -1,0 +1,138 @@
+/**
+ * The real service as a separate process (`deno run main.ts --listen` on a free port), for tests in
+ * which several instances share one rate-limit store. Its operational events (JSON lines on stderr)
+ * are kept for assertions.
+ *
+ * @module
+ */
+
+const ROOT = new URL("..", import.meta.url);
+const MAIN = new URL("main.ts", ROOT).pathname;
+const CONFIG = new URL("deno.json", ROOT).pathname;
+
+/** A running service process. */
+export interface ServiceProcess {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  /** Every JSON event it wrote on stderr so far. */
+  events: Record<string, unknown>[];
+  /** Sends SIGTERM and waits for it to exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the service with `env` (on top of a loopback, port-0, no-access-log base) and waits until it
+ * logs that it listens, at most `timeoutMs`.
+ */
+export async function startService(
+  env: Record<string, string>,
+  timeoutMs = 20_000,
+): Promise<ServiceProcess> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--config",
+      CONFIG,
+      "--allow-net",
+      "--allow-read",
+      "--allow-write",
+      "--allow-env",
+      MAIN,
+      "--listen",
+    ],
+    env: {
+      PORT: "0",
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "http://127.0.0.1",
+      ACCESS_LOG: "false",
+      NO_COLOR: "1",
+      ...env,
+    },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const events: Record<string, unknown>[] = [];
+  const output: string[] = [];
+  const { promise: address, resolve: listening } = Promise.withResolvers<string>();
+  const reading = (async () => {
+    let pending = "";
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      pending += chunk;
+      const lines = pending.split("\n");
+      pending = lines.pop()!;
+      for (const line of lines) {
+        output.push(line);
+        let event: Record<string, unknown>;
+        try {
+          event = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        events.push(event);
+        if (event.message === "listening") listening(String(event.address).replace(/\/$/, ""));
+      }
+    }
+  })();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const url = await Promise.race([
+    address,
+    child.status.then((status) => {
+      throw new Error(`service exited with ${status.code} before listening:\n${output.join("\n")}`);
+    }),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`service did not listen within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+    }),
+  ]).catch(async (error) => {
+    clearTimeout(timer);
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already gone */ }
+    await child.status;
+    await reading;
+    throw error;
+  });
+  clearTimeout(timer);
+  return {
+    url,
+    events,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* already gone */ }
+      await child.status;
+      await reading;
+    },
+  };
+}
+
+/** The outcome of one request: status and, for errors, the error code. */
+export interface Outcome {
+  /** HTTP status. */
+  status: number;
+  /** `error.code` of an error body, if any. */
+  code: string | undefined;
+  /** The response's `RateLimit` header. */
+  rateLimit: string | null;
+}
+
+/** Sends `GET /api/v1/platform` to `url` as the caller `ip` (the service trusts 127.0.0.1). */
+export async function request(url: string, ip: string): Promise<Outcome> {
+  const response = await fetch(`${url}/api/v1/platform`, { headers: { "x-forwarded-for": ip } });
+  const body = await response.json();
+  return {
+    status: response.status,
+    code: body?.error?.code,
+    rateLimit: response.headers.get("ratelimit"),
+  };
+}
+
+/** Sends `count` concurrent requests as `ip`, spread round-robin over `urls`. */
+export function burst(urls: readonly string[], count: number, ip: string): Promise<Outcome[]> {
+  return Promise.all(
+    Array.from({ length: count }, (_, i) => request(urls[i % urls.length]!, ip)),
+  );
+}

@@ -1,0 +1,50 @@
+/**
+ * Tests of the batched access log.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { createAccessLog, formatAccessRecord } from "../lib/access_log.ts";
+import type { AccessRecord } from "../lib/app.ts";
+
+const RECORD: AccessRecord = {
+  time: "2026-01-01T00:00:00.000Z",
+  method: "GET",
+  path: '/a"b',
+  status: 200,
+  ms: 0.25,
+  caller: "192.0.2.0",
+};
+
+Deno.test("formatAccessRecord() writes one valid JSON line", () => {
+  const line = formatAccessRecord(RECORD);
+  assert.ok(line.endsWith("\n"));
+  assert.equal(line.indexOf("\n"), line.length - 1);
+  assert.deepEqual(JSON.parse(line), RECORD);
+});
+
+Deno.test("createAccessLog() batches lines and writes them all on flush, in order", () => {
+  const chunks: string[] = [];
+  const log = createAccessLog((chunk) => chunks.push(new TextDecoder().decode(chunk)), {
+    flushMs: 60_000,
+  });
+  log.log(RECORD);
+  log.log({ ...RECORD, status: 404 });
+  assert.equal(chunks.length, 0, "nothing is written per request");
+  log.flush();
+  assert.equal(chunks.length, 1);
+  assert.deepEqual(chunks[0]!.trim().split("\n").map((l) => JSON.parse(l).status), [200, 404]);
+  log.flush();
+  assert.equal(chunks.length, 1, "an empty flush writes nothing");
+});
+
+Deno.test("createAccessLog() writes at once when the buffer is full", () => {
+  const chunks: Uint8Array[] = [];
+  const log = createAccessLog((chunk) => chunks.push(chunk), { flushMs: 60_000, maxBuffer: 200 });
+  for (let i = 0; i < 5; i++) log.log(RECORD);
+  assert.ok(chunks.length >= 1);
+  log.flush();
+  const lines = chunks.map((c) => new TextDecoder().decode(c)).join("").trim().split("\n");
+  assert.equal(lines.length, 5);
+});

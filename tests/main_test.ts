@@ -1,0 +1,156 @@
+/**
+ * Tests of the entry point as a process: configuration errors stop start-up, the service runs from any
+ * working directory (as a compiled binary must), logs one JSON line per request, and shuts down
+ * gracefully on SIGTERM. The compile test runs where a denort base is available.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+
+const ROOT = join(import.meta.dirname!, "..");
+const MAIN = join(ROOT, "main.ts");
+const PERMISSIONS = ["--allow-net", "--allow-env", `--allow-read=${join(ROOT, "static")}`];
+
+/** Reads a process's stderr until a JSON "listening" event gives the address. */
+async function listeningAddress(
+  stream: ReadableStream<Uint8Array<ArrayBuffer>>,
+): Promise<{ url: string; rest: Promise<string> }> {
+  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (true) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the service exited before listening:\n${seen}`);
+    seen += value;
+    const match = /"message":"listening","address":"http:\/\/[^:]+:(\d+)\//.exec(seen);
+    if (match) {
+      const rest = (async () => {
+        let more = seen;
+        while (true) {
+          const next = await reader.read();
+          if (next.done) return more;
+          more += next.value;
+        }
+      })();
+      return { url: `http://127.0.0.1:${match[1]}`, rest };
+    }
+  }
+}
+
+Deno.test("main.ts refuses bad configuration: every problem listed, exit code 1, nothing served", async () => {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", ...PERMISSIONS, MAIN, "--listen"],
+    env: {
+      PORT: "99999",
+      RATE_LIMIT: "none",
+      DEPRECATION_DATE: "2027-01-01",
+      SUNSET_DATE: "2027-02-01",
+      NO_COLOR: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /Configuration is invalid \(3 problems\); nothing is served/);
+  assert.match(stderr, /PORT must be from 0 to 65535, got 99999/);
+  assert.match(stderr, /RATE_LIMIT must be a whole number/);
+  assert.match(stderr, /SUNSET_DATE must be at least 90 days after DEPRECATION_DATE/);
+  assert.doesNotMatch(stderr, /listening/);
+  assert.equal(output.stdout.length, 0);
+});
+
+Deno.test("main.ts --listen serves from any working directory, logs without query strings, and stops on SIGTERM", async () => {
+  const process = new Deno.Command(Deno.execPath(), {
+    args: ["run", ...PERMISSIONS, MAIN, "--listen"],
+    cwd: Deno.makeTempDirSync(),
+    env: {
+      PORT: "0",
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "https://discovery.example.com",
+      NO_COLOR: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stdout = new Response(process.stdout).text();
+  try {
+    const { url, rest } = await listeningAddress(process.stderr);
+    const response = await fetch(`${url}/api/v1/platform?secret=do-not-log`);
+    assert.equal(response.status, 200);
+    assert.equal((await response.json()).openapi, "https://discovery.example.com/openapi.json");
+    process.kill("SIGTERM");
+    const status = await process.status;
+    assert.equal(status.code, 0);
+    const log = await stdout;
+    const lines = log.trim().split("\n").map((line) => JSON.parse(line));
+    assert.equal(lines.length, 1);
+    assert.equal(lines[0].path, "/api/v1/platform");
+    assert.equal(lines[0].status, 200);
+    assert.equal(lines[0].caller, "127.0.0.0");
+    assert.doesNotMatch(log, /secret|do-not-log/);
+    const events = (await rest).trim().split("\n").map((line) => JSON.parse(line).message);
+    assert.deepEqual(events.slice(-2), ["shutting down: finishing requests in flight", "stopped"]);
+  } finally {
+    try {
+      process.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await process.status;
+  }
+});
+
+const DENORT = Deno.env.get("DENORT_BIN");
+Deno.test({
+  name: "deno task compile builds a binary that serves the embedded static files",
+  // Skipped where no runtime base is available: deno compile downloads denort from the internet.
+  ignore: DENORT === undefined,
+  async fn() {
+    const out = join(Deno.makeTempDirSync(), "discovery");
+    const compile = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "compile",
+        "--allow-net",
+        "--allow-env",
+        "--allow-read",
+        "--include",
+        "static",
+        "--output",
+        out,
+        MAIN,
+        "--listen",
+      ],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(compile.code, 0, new TextDecoder().decode(compile.stderr));
+    const binary = new Deno.Command(out, {
+      cwd: Deno.makeTempDirSync(),
+      env: { PORT: "0", HOSTNAME: "127.0.0.1", PUBLIC_BASE_URL: "http://127.0.0.1" },
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    try {
+      const { url } = await listeningAddress(binary.stderr);
+      const response = await fetch(`${url}/developers`);
+      assert.equal(response.status, 200);
+      assert.match(await response.text(), /<!doctype html>/);
+    } finally {
+      binary.kill("SIGTERM");
+      await binary.status;
+    }
+  },
+});
+if (DENORT === undefined) {
+  // deno-lint-ignore no-console
+  console.log(
+    "compile test skipped: no denort base offline; set DENORT_BIN to a denort binary of this Deno version to run it",
+  );
+}
+
+Deno.test("the compile task embeds static/, which the service needs at start-up", async () => {
+  const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
+  assert.match(deno.tasks.compile, /--include static /);
+  assert.match(deno.tasks.compile, / main\.ts --listen$/);
+});

@@ -1,0 +1,226 @@
+/**
+ * Tests of the sliding-window decision, the in-memory store (with an injected clock) and the header
+ * values, plus property tests of exactness for random arrival times and callers.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import {
+  decide,
+  MemoryStore,
+  policyHeader,
+  type RateLimitPolicy,
+  resetSecondsOf,
+  setRateLimitHeaders,
+} from "../lib/rate_limit.ts";
+
+const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
+const T0 = 1_700_000_000_000;
+
+function store(policy: RateLimitPolicy = POLICY, maxCallers?: number): MemoryStore {
+  return new MemoryStore(policy, {
+    sweep: false,
+    ...(maxCallers === undefined ? {} : { maxCallers }),
+  });
+}
+
+Deno.test("hit() admits the first request with limit-1 remaining and a full window to reset", () => {
+  const s = store();
+  assert.deepEqual(s.hit("a", T0), { allowed: true, remaining: 59, resetSeconds: 60 });
+});
+
+Deno.test("hit() rejects the 61st request in a window, and does not count it", () => {
+  const s = store();
+  for (let i = 0; i < 60; i++) {
+    assert.equal(s.hit("a", T0 + i * 100).allowed, true, `request ${i + 1}`);
+  }
+  const refused = s.hit("a", T0 + 6_000);
+  assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 54 });
+  // Refusals are not counted: once the oldest leaves, exactly one more is admitted.
+  for (let i = 0; i < 100; i++) s.hit("a", T0 + 6_001 + i);
+  assert.equal(s.hit("a", T0 + 60_000).allowed, true);
+  assert.equal(s.hit("a", T0 + 60_001).allowed, false);
+});
+
+Deno.test("hit() admits again exactly when the oldest counted request leaves the window", () => {
+  const s = store({ limit: 2, windowMs: 10_000 });
+  s.hit("a", T0);
+  s.hit("a", T0 + 4_000);
+  assert.deepEqual(s.hit("a", T0 + 9_999), { allowed: false, remaining: 0, resetSeconds: 1 });
+  // At T0 + window the first request is out (the window is (now - w, now]).
+  assert.deepEqual(s.hit("a", T0 + 10_000), { allowed: true, remaining: 0, resetSeconds: 4 });
+  assert.equal(s.hit("a", T0 + 10_001).allowed, false);
+});
+
+Deno.test("hit() reports reset as seconds until the oldest counted request leaves, rounded up", () => {
+  const s = store();
+  s.hit("a", T0);
+  assert.equal(s.hit("a", T0 + 500).resetSeconds, 60); // 59.5 s -> 60
+  assert.equal(s.hit("a", T0 + 1_000).resetSeconds, 59);
+  assert.equal(s.hit("a", T0 + 59_999).resetSeconds, 1); // 1 ms -> 1 s, never 0 while counted
+});
+
+Deno.test("hit() keeps callers apart", () => {
+  const s = store({ limit: 1, windowMs: 1_000 });
+  assert.equal(s.hit("a", T0).allowed, true);
+  assert.equal(s.hit("a", T0).allowed, false);
+  assert.equal(s.hit("b", T0).allowed, true);
+});
+
+Deno.test("peek() reports without counting", () => {
+  const s = store({ limit: 3, windowMs: 10_000 });
+  assert.deepEqual(s.peek("a", T0), { allowed: true, remaining: 3, resetSeconds: 0 });
+  s.hit("a", T0);
+  for (let i = 0; i < 5; i++) {
+    assert.deepEqual(s.peek("a", T0 + 1_000), { allowed: true, remaining: 2, resetSeconds: 9 });
+  }
+  s.hit("a", T0 + 1);
+  s.hit("a", T0 + 2);
+  assert.deepEqual(s.peek("a", T0 + 2_000), { allowed: false, remaining: 0, resetSeconds: 8 });
+  assert.deepEqual(s.peek("a", T0 + 10_002), { allowed: true, remaining: 3, resetSeconds: 0 });
+});
+
+Deno.test("sweep() forgets callers with nothing left in the window and keeps the others", () => {
+  const s = store({ limit: 5, windowMs: 10_000 });
+  s.hit("old", T0);
+  s.hit("old2", T0);
+  s.hit("old2", T0 + 1);
+  s.hit("new", T0 + 9_000);
+  s.sweep(T0 + 10_001, 1_000);
+  assert.equal(s.stats().tracked, 1);
+  assert.equal(s.peek("new", T0 + 10_001).remaining, 4);
+});
+
+Deno.test("sweep() with a small budget resumes where it stopped", () => {
+  const s = store({ limit: 5, windowMs: 1_000 });
+  for (let i = 0; i < 10; i++) s.hit(`k${i}`, T0);
+  s.sweep(T0 + 2_000, 4);
+  assert.equal(s.stats().tracked, 6);
+  s.sweep(T0 + 2_000, 4);
+  s.sweep(T0 + 2_000, 4);
+  assert.equal(s.stats().tracked, 0);
+});
+
+Deno.test("the store never tracks more callers than its cap, and forgets the one added longest ago", () => {
+  let reported = 0;
+  const s = new MemoryStore({ limit: 1, windowMs: 60_000 }, {
+    sweep: false,
+    maxCallers: 3,
+    onCapacity: () => reported++,
+  });
+  for (const key of ["a", "b", "c", "d", "e"]) s.hit(key, T0);
+  assert.deepEqual(s.stats(), { tracked: 3, evicted: 2 });
+  assert.equal(reported, 1, "the cap is reported once per incident, not per caller");
+  assert.equal(s.hit("a", T0).allowed, true, "a was forgotten, so it is admitted again");
+  assert.equal(s.hit("e", T0).allowed, false, "e is still tracked");
+});
+
+Deno.test("resetSecondsOf() rounds up and never goes below zero", () => {
+  assert.equal(resetSecondsOf(T0, T0, 60_000), 60);
+  assert.equal(resetSecondsOf(T0, T0 + 59_001, 60_000), 1);
+  assert.equal(resetSecondsOf(T0, T0 + 70_000, 60_000), 0);
+});
+
+Deno.test("decide() admits under the limit and refuses at it", () => {
+  assert.deepEqual(decide(0, undefined, T0, POLICY), {
+    allowed: true,
+    remaining: 59,
+    resetSeconds: 60,
+  });
+  assert.deepEqual(decide(59, T0, T0 + 30_000, POLICY), {
+    allowed: true,
+    remaining: 0,
+    resetSeconds: 30,
+  });
+  assert.deepEqual(decide(60, T0, T0 + 30_000, POLICY), {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: 30,
+  });
+});
+
+Deno.test("setRateLimitHeaders() writes the five fields in draft-10 syntax, and Retry-After only on refusal", () => {
+  const constants = { policy: policyHeader(POLICY), limit: "60" };
+  const ok = new Headers();
+  setRateLimitHeaders(ok, { allowed: true, remaining: 12, resetSeconds: 7 }, constants);
+  assert.deepEqual(Object.fromEntries(ok), {
+    "ratelimit-policy": '"default";q=60;w=60',
+    "ratelimit": '"default";r=12;t=7',
+    "ratelimit-limit": "60",
+    "ratelimit-remaining": "12",
+    "ratelimit-reset": "7",
+  });
+  const refused = new Headers();
+  setRateLimitHeaders(refused, { allowed: false, remaining: 0, resetSeconds: 31 }, constants);
+  assert.equal(refused.get("retry-after"), "31");
+  assert.equal(refused.get("ratelimit-reset"), "31");
+});
+
+Deno.test("property: no caller is ever admitted more than the limit in any window", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 8 }),
+      fc.integer({ min: 1, max: 20 }).map((s) => s * 1000),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 3_000 })), {
+        minLength: 1,
+        maxLength: 300,
+      }),
+      (limit, windowMs, arrivals) => {
+        const s = store({ limit, windowMs });
+        let now = T0;
+        const admitted = new Map<string, number[]>();
+        for (const [caller, gap] of arrivals) {
+          now += gap;
+          const key = `c${caller}`;
+          const times = admitted.get(key) ?? [];
+          const inWindow = times.filter((t) => t > now - windowMs).length;
+          const decision = s.hit(key, now);
+          // Exact: admitted if and only if fewer than `limit` were admitted in (now - window, now].
+          assert.equal(decision.allowed, inWindow < limit);
+          if (decision.allowed) {
+            times.push(now);
+            admitted.set(key, times);
+            assert.equal(decision.remaining, limit - inWindow - 1);
+          } else {
+            assert.ok(decision.resetSeconds >= 1);
+          }
+        }
+        // Check every window of every caller directly, not only at arrival times.
+        for (const times of admitted.values()) {
+          for (let i = 0; i < times.length; i++) {
+            const inside = times.filter((t) => t > times[i]! - windowMs && t <= times[i]!).length;
+            assert.ok(inside <= limit, `${inside} admitted in one window, limit ${limit}`);
+          }
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("property: a sweep at any time never changes a decision", () => {
+  fc.assert(
+    fc.property(
+      fc.array(
+        fc.tuple(fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 4_000 }), fc.boolean()),
+        {
+          maxLength: 200,
+        },
+      ),
+      (arrivals) => {
+        const policy = { limit: 3, windowMs: 5_000 };
+        const swept = store(policy);
+        const plain = store(policy);
+        let now = T0;
+        for (const [caller, gap, sweep] of arrivals) {
+          now += gap;
+          if (sweep) swept.sweep(now, 2);
+          assert.deepEqual(swept.hit(`c${caller}`, now), plain.hit(`c${caller}`, now));
+        }
+      },
+    ),
+    { numRuns: 200 },
+  );
+});

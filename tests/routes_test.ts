@@ -1,0 +1,89 @@
+/**
+ * Tests of the route table: every public path, its default and Markdown representations, and the
+ * discovery fields (Link, Deprecation, Sunset).
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
+import { loadContent } from "../lib/content.ts";
+import { buildRoutes, discoveryFields } from "../lib/routes.ts";
+
+function setup(env: Parameters<typeof recordEnv>[0] = {}) {
+  const loaded = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://d.example.com", ...env }));
+  if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
+  const content = loadContent(loaded.config);
+  if (!content.ok) throw new Error(content.errors.join("\n"));
+  return { config: loaded.config as Config, routes: buildRoutes(loaded.config, content.content) };
+}
+
+Deno.test("buildRoutes() has every public path with its default and Markdown types", () => {
+  const { routes } = setup();
+  const cases: Array<[string, string, string]> = [
+    ["/api/v1/platform", "application/json", "text/markdown; charset=utf-8"],
+    ["/developers", "text/html; charset=utf-8", "text/markdown; charset=utf-8"],
+    ["/api", "text/html; charset=utf-8", "text/markdown; charset=utf-8"],
+    ["/developers/deprecation-policy", "text/html; charset=utf-8", "text/markdown; charset=utf-8"],
+    ["/", "text/html; charset=utf-8", "text/markdown; charset=utf-8"],
+    [
+      "/developers/deprecation-policy.md",
+      "text/markdown; charset=utf-8",
+      "text/markdown; charset=utf-8",
+    ],
+    ["/openapi.json", "application/json", "application/json"],
+    ["/openapi", "application/json", "application/json"],
+    ["/llms.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
+    ["/style.css", "text/css; charset=utf-8", "text/css; charset=utf-8"],
+    ["/favicon.svg", "image/svg+xml", "image/svg+xml"],
+    [
+      "/.well-known/api-catalog",
+      'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+      'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+    ],
+  ];
+  assert.deepEqual([...routes.keys()].sort(), cases.map(([path]) => path).sort());
+  for (const [path, byDefault, markdown] of cases) {
+    const route = routes.get(path)!;
+    assert.equal(route.pick(null).type, byDefault, `${path} default`);
+    assert.equal(route.pick("*/*").type, byDefault, `${path} */*`);
+    assert.equal(route.pick("text/markdown").type, markdown, `${path} markdown`);
+  }
+});
+
+Deno.test("aliases share their representation", () => {
+  const { routes } = setup();
+  assert.equal(routes.get("/api")!.pick(null), routes.get("/developers")!.pick(null));
+  assert.equal(routes.get("/openapi")!.pick(null), routes.get("/openapi.json")!.pick(null));
+});
+
+Deno.test("discoveryFields() links the deprecation policy, and adds Deprecation and Sunset only when announced", () => {
+  const plain = discoveryFields(setup().config);
+  assert.deepEqual(plain, [[
+    "link",
+    '<https://d.example.com/developers/deprecation-policy>; rel="deprecation"; type="text/html"',
+  ]]);
+  const announced = Object.fromEntries(
+    discoveryFields(
+      setup({ DEPRECATION_DATE: "2027-01-01", SUNSET_DATE: "2027-04-01T12:00:00Z" }).config,
+    ),
+  );
+  assert.equal(announced.deprecation, "@1798761600");
+  assert.equal(announced.sunset, "Thu, 01 Apr 2027 12:00:00 GMT");
+});
+
+Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and service-doc", () => {
+  const { routes } = setup();
+  const body = JSON.parse(
+    new TextDecoder().decode(
+      routes.get("/.well-known/api-catalog")!.pick(null).variants.identity.body,
+    ),
+  );
+  assert.deepEqual(body.linkset[0], {
+    anchor: "https://d.example.com/.well-known/api-catalog",
+    item: [{ href: "https://d.example.com/api/v1/platform" }],
+  });
+  assert.equal(body.linkset[1].anchor, "https://d.example.com/api/v1/platform");
+  assert.equal(body.linkset[1]["service-desc"][0].href, "https://d.example.com/openapi.json");
+  assert.equal(body.linkset[1]["service-doc"][0].href, "https://d.example.com/developers");
+});
