@@ -1,14 +1,16 @@
 /**
  * The fetch handler: caller key -> rate-limit decision -> route -> representation -> response.
  *
- * Everything a response needs is built by `createHandler` at start-up; per request the handler does
- * map look-ups, one rate-limit decision and one `Headers` fill. Unexpected failures are caught here,
- * once, logged and answered 500 with the Error shape.
+ * Everything a response needs is built by `createHandler` at start-up: every status, body and field
+ * set the service can answer is a {@linkcode ResponseTemplate}. Per request the handler does map
+ * look-ups and one rate-limit decision, and answers a clone of a prebuilt response for that template
+ * and decision (`response_cache.ts`). Unexpected failures are caught here, once, logged and answered
+ * 500 with the Error shape.
  *
  * @module
  */
 
-import { callerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
+import { createCallerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
 import type { Config } from "./config.ts";
 import type { Content } from "./content.ts";
 import {
@@ -20,13 +22,20 @@ import {
 } from "./errors.ts";
 import { ifNoneMatchMatches, pathOf, STATUS } from "./http.ts";
 import { renderPage } from "./layout.ts";
-import { memoize, preferredEncoding, preferredType } from "./negotiate.ts";
+import { type Encoding, memoize, preferredEncoding, preferredType } from "./negotiate.ts";
 import {
   type Decision,
   policyHeader,
+  type RateLimitConstants,
   type RateLimitStore,
-  setRateLimitHeaders,
 } from "./rate_limit.ts";
+import type { Representation, Variant } from "./representation.ts";
+import {
+  createResponseCache,
+  type ResponseCacheOptions,
+  type ResponseTemplate,
+  sendableBody,
+} from "./response_cache.ts";
 import {
   ALLOWED_METHODS,
   buildRoutes,
@@ -70,12 +79,40 @@ export interface HandlerOptions {
   accessLog?: (record: AccessRecord) => void;
   /** Receives unexpected errors (answered 500). */
   onError?: (error: unknown) => void;
+  /** Options of the cache of prebuilt responses. */
+  responseCache?: ResponseCacheOptions;
 }
 
 interface ErrorResponse {
   status: number;
   body: Uint8Array<ArrayBuffer>;
   fields: readonly HeaderField[];
+}
+
+/** An error's response to GET (and every method but HEAD) and to HEAD. */
+interface ErrorTemplates {
+  get: ResponseTemplate;
+  head: ResponseTemplate;
+}
+
+/** The responses of one variant (representation in one coding). */
+interface VariantTemplates {
+  etag: string;
+  ok: ResponseTemplate;
+  head: ResponseTemplate;
+  notModified: ResponseTemplate;
+}
+
+/** Every response of one path, built at start-up. */
+interface RouteTemplates {
+  /** The variants of the representation an `Accept` value selects (memoised). */
+  pick: (accept: string | null) => Readonly<Record<Encoding, VariantTemplates>>;
+  preflight: ResponseTemplate;
+  methodNotAllowed: ResponseTemplate;
+  rateLimited: ErrorTemplates;
+  /** The refusal when the store could not decide (`Decision.unavailable`). */
+  unavailable: ErrorTemplates;
+  internalError: ErrorTemplates;
 }
 
 const ENCODER = new TextEncoder();
@@ -92,19 +129,19 @@ const ENCODER = new TextEncoder();
 export function createHandler(options: HandlerOptions): Handler {
   const { config, content, store } = options;
   const now = options.now ?? Date.now;
-  const routes = buildRoutes(config, content);
   const catalog = errorCatalog(config);
-  const rateConstants = {
+  const rateConstants: RateLimitConstants = {
     policy: policyHeader({
       limit: config.rateLimit,
       windowMs: config.rateLimitWindowSeconds * 1000,
     }),
     limit: String(config.rateLimit),
   };
-  const callerOptions = {
+  const cache = createResponseCache(rateConstants, options.responseCache);
+  const callerKey = createCallerKey({
     trustedProxies: config.trustedProxies,
     forwardedHeader: config.forwardedHeader,
-  };
+  });
 
   const errorOf = (code: ErrorCode, type: "json" | "markdown" | "html"): ErrorResponse => {
     const info = catalog[code];
@@ -126,10 +163,20 @@ export function createHandler(options: HandlerOptions): Handler {
     if (code === "method_not_allowed") fields.push(["allow", ALLOWED_METHODS]);
     return { status: info.status, body: ENCODER.encode(body), fields };
   };
+  const errorTemplates = (e: ErrorResponse, extra: readonly HeaderField[]): ErrorTemplates => ({
+    get: { status: e.status, body: sendableBody(e.body, false), fields: [...e.fields, ...extra] },
+    head: {
+      status: e.status,
+      body: null,
+      fields: [...e.fields, ...extra, ["content-length", String(e.body.length)]],
+    },
+  });
+
+  const vary: HeaderField = ["vary", "Accept"];
   const notFound = {
-    json: errorOf("not_found", "json"),
-    markdown: errorOf("not_found", "markdown"),
-    html: errorOf("not_found", "html"),
+    json: errorTemplates(errorOf("not_found", "json"), [vary]),
+    markdown: errorTemplates(errorOf("not_found", "markdown"), [vary]),
+    html: errorTemplates(errorOf("not_found", "html"), [vary]),
   };
   const pickNotFound = memoize((accept) =>
     notFound[
@@ -142,100 +189,129 @@ export function createHandler(options: HandlerOptions): Handler {
   const rateLimited = errorOf("rate_limited", "json");
   const rateLimitUnavailable = errorOf("rate_limit_unavailable", "json");
   const internalError = errorOf("internal_error", "json");
+  const unknownRateLimited = errorTemplates(rateLimited, []);
+  const unknownUnavailable = errorTemplates(rateLimitUnavailable, []);
+  const unknownInternalError = errorTemplates(internalError, []);
   const pickEncoding = memoize(preferredEncoding);
-  const vary: HeaderField = ["vary", "Accept"];
 
-  const respond = (
-    status: number,
-    body: Uint8Array<ArrayBuffer> | null,
-    fields: readonly HeaderField[],
-    decision: Decision | undefined,
-    extra: readonly HeaderField[] = [],
-  ): Response => {
-    const headers = new Headers(fields as [string, string][]);
-    for (const [name, value] of extra) headers.append(name, value);
-    if (decision) setRateLimitHeaders(headers, decision, rateConstants);
-    return new Response(body, { status, headers });
-  };
-
-  const error = (
-    e: ErrorResponse,
-    request: Request,
-    decision: Decision | undefined,
-    extra: readonly HeaderField[] = [],
-  ): Response => {
-    if (request.method === "HEAD") {
-      return respond(e.status, null, e.fields, decision, [...extra, [
-        "content-length",
-        String(e.body.length),
-      ]]);
+  // Templates are built once per variant (codings that do not compress share one): their identity
+  // is the response cache's key.
+  const byVariant = new Map<Variant, VariantTemplates>();
+  const templatesOfVariant = (variant: Variant): VariantTemplates => {
+    let built = byVariant.get(variant);
+    if (built === undefined) {
+      built = {
+        etag: variant.etag,
+        ok: {
+          status: STATUS.OK,
+          body: sendableBody(
+            variant.body,
+            variant.headers.some(([name]) => name === "content-encoding"),
+          ),
+          fields: variant.headers,
+        },
+        head: {
+          status: STATUS.OK,
+          body: null,
+          fields: [...variant.headers, ["content-length", String(variant.body.length)]],
+        },
+        notModified: { status: STATUS.NotModified, body: null, fields: variant.notModifiedHeaders },
+      };
+      byVariant.set(variant, built);
     }
-    return respond(e.status, e.body, e.fields, decision, extra);
+    return built;
   };
+  const variantsOf = (representation: Representation): Record<Encoding, VariantTemplates> => {
+    const built = {} as Record<Encoding, VariantTemplates>;
+    for (const [encoding, variant] of Object.entries(representation.variants)) {
+      built[encoding as Encoding] = templatesOfVariant(variant);
+    }
+    return built;
+  };
+  const templatesOf = (route: Route): RouteTemplates => ({
+    pick: memoize((accept) => variantsOf(route.pick(accept))),
+    preflight: {
+      status: STATUS.NoContent,
+      body: null,
+      fields: [
+        ...COMMON_FIELDS,
+        ["allow", ALLOWED_METHODS],
+        ["access-control-allow-methods", ALLOWED_METHODS],
+        ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
+        ["access-control-max-age", "86400"],
+        ...route.fields,
+      ],
+    },
+    methodNotAllowed: errorTemplates(methodNotAllowed, route.fields).get,
+    rateLimited: errorTemplates(rateLimited, route.fields),
+    unavailable: errorTemplates(rateLimitUnavailable, route.fields),
+    internalError: errorTemplates(internalError, route.fields),
+  });
+  const routes = new Map<string, RouteTemplates>();
+  for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
 
   // A preflight is never refused (it is not counted), so it carries no Retry-After.
-  const preflight = (route: Route, decision: Decision): Response =>
-    respond(STATUS.NoContent, null, COMMON_FIELDS, { ...decision, allowed: true }, [
-      ["allow", ALLOWED_METHODS],
-      ["access-control-allow-methods", ALLOWED_METHODS],
-      ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
-      ["access-control-max-age", "86400"],
-      ...route.fields,
-    ]);
+  const preflight = (route: RouteTemplates, decision: Decision): Response =>
+    cache.respond(
+      route.preflight,
+      decision.allowed ? decision : { ...decision, allowed: true },
+    );
 
-  const answer = (request: Request, route: Route | undefined, decision: Decision): Response => {
+  const answer = (
+    request: Request,
+    method: string,
+    route: RouteTemplates | undefined,
+    decision: Decision,
+  ): Response => {
     if (!decision.allowed) {
-      const refusal = decision.unavailable ? rateLimitUnavailable : rateLimited;
-      return error(refusal, request, decision, route?.fields);
+      const refused = decision.unavailable
+        ? route ? route.unavailable : unknownUnavailable
+        : route
+        ? route.rateLimited
+        : unknownRateLimited;
+      return cache.respond(method === "HEAD" ? refused.head : refused.get, decision);
     }
     const headers = request.headers;
     if (route === undefined) {
-      return error(pickNotFound(headers.get("accept")), request, decision, [vary]);
+      const missing = pickNotFound(headers.get("accept"));
+      return cache.respond(method === "HEAD" ? missing.head : missing.get, decision);
     }
-    const method = request.method;
     if (method === "GET" || method === "HEAD") {
       const variant =
-        route.pick(headers.get("accept")).variants[pickEncoding(headers.get("accept-encoding"))];
+        route.pick(headers.get("accept"))[pickEncoding(headers.get("accept-encoding"))];
       const ifNoneMatch = headers.get("if-none-match");
       if (ifNoneMatch !== null && ifNoneMatchMatches(ifNoneMatch, variant.etag)) {
-        return respond(STATUS.NotModified, null, variant.notModifiedHeaders, decision);
+        return cache.respond(variant.notModified, decision);
       }
-      if (method === "HEAD") {
-        return respond(STATUS.OK, null, variant.headers, decision, [[
-          "content-length",
-          String(variant.body.length),
-        ]]);
-      }
-      return respond(STATUS.OK, variant.body, variant.headers, decision);
+      return cache.respond(method === "HEAD" ? variant.head : variant.ok, decision);
     }
     if (method === "OPTIONS") return preflight(route, decision);
-    return error(methodNotAllowed, request, decision, route.fields);
+    return cache.respond(route.methodNotAllowed, decision);
   };
 
   const handle = (
     request: Request,
     info: PeerInfo,
     started: number,
+    path: string,
   ): Response | Promise<Response> => {
-    const route = routes.get(pathOf(request.url));
-    const key = callerKey(request.headers, info, callerOptions);
+    const route = routes.get(path);
     const headers = request.headers;
+    const key = callerKey(headers, info);
+    const method = request.method;
     if (
-      request.method === "OPTIONS" && headers.has("origin") &&
-      headers.has("access-control-request-method")
+      method === "OPTIONS" && headers.has("origin") && headers.has("access-control-request-method")
     ) {
       // A CORS preflight is the browser asking permission, not the caller's request: never counted.
       const peeked = store.peek(key, started);
       const finish = (d: Decision) =>
-        route
-          ? preflight(route, d)
-          : error(pickNotFound(headers.get("accept")), request, d, [vary]);
+        route ? preflight(route, d) : cache.respond(pickNotFound(headers.get("accept")).get, d);
       return peeked instanceof Promise ? peeked.then(finish) : finish(peeked);
     }
     const decision = store.hit(key, started);
     return decision instanceof Promise
-      ? decision.then((d) => answer(request, route, d))
-      : answer(request, route, decision);
+      ? decision.then((d) => answer(request, method, route, d))
+      : answer(request, method, route, decision);
   };
 
   // A failure may come before any rate-limit decision: report the policy with nothing known to be
@@ -247,38 +323,58 @@ export function createHandler(options: HandlerOptions): Handler {
   };
   const fail = (err: unknown, request: Request): Response => {
     options.onError?.(err);
-    return error(internalError, request, undecided, routes.get(pathOf(request.url))?.fields);
+    const failed = routes.get(pathOf(request.url))?.internalError ?? unknownInternalError;
+    return cache.respond(request.method === "HEAD" ? failed.head : failed.get, undecided);
   };
 
   const accessLog = options.accessLog;
-  const record = (request: Request, info: PeerInfo, started: number, status: number) => {
+  // Per request, the log needs the time as ISO 8601 and the truncated caller: both are remembered,
+  // the time for the millisecond (tens of requests share one under load), the caller per address.
+  let isoMs = Number.NaN;
+  let iso = "";
+  const isoOf = (ms: number): string => {
+    if (ms !== isoMs) {
+      isoMs = ms;
+      iso = new Date(ms).toISOString();
+    }
+    return iso;
+  };
+  const truncated = memoize((hostname) => truncatedAddress(hostname ?? ""));
+  const record = (
+    request: Request,
+    info: PeerInfo,
+    started: number,
+    path: string,
+    status: number,
+  ) => {
     if (!accessLog) return;
     const addr = info.remoteAddr;
     accessLog({
-      time: new Date(started).toISOString(),
+      time: isoOf(started),
       method: request.method,
-      path: pathOf(request.url),
+      path,
       status,
       ms: Math.round((now() - started) * 1000) / 1000,
-      caller: "hostname" in addr ? truncatedAddress(addr.hostname) : "unix",
+      caller: "hostname" in addr ? truncated(addr.hostname) : "unix",
     });
   };
 
   return (request, info) => {
     const started = now();
+    const path = pathOf(request.url);
     let result: Response | Promise<Response>;
     try {
-      result = handle(request, info, started);
+      result = handle(request, info, started, path);
     } catch (err) {
       result = fail(err, request);
     }
     if (result instanceof Promise) {
       return result.catch((err) => fail(err, request)).then((response) => {
-        record(request, info, started, response.status);
+        record(request, info, started, path, response.status);
         return response;
       });
     }
-    record(request, info, started, result.status);
+    record(request, info, started, path, result.status);
     return result;
   };
 }

@@ -115,6 +115,7 @@ export class MemoryStore implements RateLimitStore {
   readonly #onCapacity: ((tracked: number) => void) | undefined;
   readonly #log = new Map<string, number | number[]>();
   #cursor: MapIterator<[string, number | number[]]> | undefined;
+  #evictCursor: MapIterator<string> | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #evicted = 0;
   #atCapacity = false;
@@ -214,7 +215,13 @@ export class MemoryStore implements RateLimitStore {
         this.#onCapacity?.(this.#log.size);
       }
       // Forget the caller added longest ago: bounded memory matters more than one caller's count.
-      const oldest = this.#log.keys().next();
+      // One iterator lives across evictions: a new one per eviction would step over every entry
+      // deleted since the map was last compacted (tens of microseconds per request at the cap).
+      let oldest = this.#evictCursor?.next();
+      if (oldest === undefined || oldest.done) {
+        this.#evictCursor = this.#log.keys();
+        oldest = this.#evictCursor.next();
+      }
       if (!oldest.done) {
         this.#log.delete(oldest.value);
         this.#evicted++;
@@ -259,18 +266,42 @@ export function policyHeader(policy: RateLimitPolicy): string {
   return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
 }
 
+/** The values of the rate-limit fields that are the same on every response. */
+export interface RateLimitConstants {
+  /** `RateLimit-Policy`. */
+  policy: string;
+  /** `RateLimit-Limit`. */
+  limit: string;
+}
+
+/**
+ * The five rate-limit fields of `decision` (and `Retry-After` when it was refused), in the order they
+ * are sent.
+ */
+export function rateLimitFields(
+  decision: Decision,
+  constants: RateLimitConstants,
+): Array<readonly [string, string]> {
+  const remaining = String(decision.remaining);
+  const reset = String(decision.resetSeconds);
+  const fields: Array<readonly [string, string]> = [
+    ["ratelimit-policy", constants.policy],
+    ["ratelimit", `"default";r=${remaining};t=${reset}`],
+    ["ratelimit-limit", constants.limit],
+    ["ratelimit-remaining", remaining],
+    ["ratelimit-reset", reset],
+  ];
+  if (!decision.allowed) fields.push(["retry-after", reset]);
+  return fields;
+}
+
 /**
  * Sets the five rate-limit headers of `decision` on `headers` (and `Retry-After` when it was refused).
  */
 export function setRateLimitHeaders(
   headers: Headers,
   decision: Decision,
-  constants: { policy: string; limit: string },
+  constants: RateLimitConstants,
 ): void {
-  headers.set("ratelimit-policy", constants.policy);
-  headers.set("ratelimit", `"default";r=${decision.remaining};t=${decision.resetSeconds}`);
-  headers.set("ratelimit-limit", constants.limit);
-  headers.set("ratelimit-remaining", String(decision.remaining));
-  headers.set("ratelimit-reset", String(decision.resetSeconds));
-  if (!decision.allowed) headers.set("retry-after", String(decision.resetSeconds));
+  for (const [name, value] of rateLimitFields(decision, constants)) headers.set(name, value);
 }

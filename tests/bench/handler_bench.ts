@@ -1,0 +1,186 @@
+/**
+ * Micro benchmarks (`deno task bench`): the handler called in-process with real `Request`s for every
+ * kind of answer, beside the in-process ceiling (cloning a prebuilt copy of the same response); the
+ * limiter's decision alone; negotiation alone; the access-log line alone.
+ *
+ * Each iteration builds its `Request` (so does a server), and comes from another caller of 262,144
+ * (trusted-proxy mode, `X-Forwarded-For`), so that the limiter tracks real callers and admits them;
+ * the 429 bench uses one caller over its limit.
+ *
+ * @module
+ */
+
+import { type AccessRecord, createHandler } from "../../lib/app.ts";
+import { formatAccessRecord } from "../../lib/access_log.ts";
+import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadContent } from "../../lib/content.ts";
+import { memoize, preferredEncoding, preferredType } from "../../lib/negotiate.ts";
+import { MemoryStore } from "../../lib/rate_limit.ts";
+import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
+
+const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));
+if (!loaded.ok) throw new Error(loaded.errors.join("; "));
+const config = loaded.config;
+const content = loadContent(config);
+if (!content.ok) throw new Error(content.errors.join("; "));
+const policy = { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 };
+const store = new MemoryStore(policy, { sweep: false });
+let records = 0;
+const handler = createHandler({ config, content: content.content, store });
+const logged = createHandler({
+  config,
+  content: content.content,
+  store: new MemoryStore(policy, { sweep: false }),
+  accessLog: (record: AccessRecord) => {
+    records += formatAccessRecord(record).length;
+  },
+});
+const info = { remoteAddr: { hostname: "127.0.0.1" } };
+const base = "http://localhost:8000";
+const callers = Array.from({ length: MANY_CALLERS }, (_, i) => callerAddress(i, MANY_CALLERS));
+let next = 0;
+const caller = () => callers[next++ % MANY_CALLERS]!;
+
+const etag = (await handler(new Request(`${base}/api/v1/platform`), info)).headers.get("etag")!;
+
+interface Case {
+  name: string;
+  path: string;
+  method?: string;
+  headers?: Record<string, string>;
+  status: number;
+  oneCaller?: boolean;
+}
+const CASES: Case[] = [
+  { name: "json", path: "/api/v1/platform", headers: { accept: "application/json" }, status: 200 },
+  {
+    name: "markdown",
+    path: "/api/v1/platform",
+    headers: { accept: "text/markdown" },
+    status: 200,
+  },
+  { name: "html", path: "/developers", headers: { accept: "text/html" }, status: 200 },
+  { name: "304", path: "/api/v1/platform", headers: { "if-none-match": etag }, status: 304 },
+  { name: "404", path: "/nope", headers: { accept: "application/json" }, status: 404 },
+  { name: "405", path: "/api/v1/platform", method: "POST", status: 405 },
+  { name: "429", path: "/api/v1/platform", status: 429, oneCaller: true },
+];
+
+for (const c of CASES) {
+  const request = (xff: string) =>
+    new Request(`${base}${c.path}`, {
+      method: c.method ?? "GET",
+      headers: { ...c.headers, "x-forwarded-for": xff },
+    });
+  const xff = () => c.oneCaller ? "10.255.255.255" : caller();
+  // The service must answer the expected status, or the bench would time something else.
+  let probe = await handler(request(xff()), info);
+  for (let i = 0; probe.status !== c.status && i < 100; i++) {
+    probe = await handler(request(xff()), info);
+  }
+  if (probe.status !== c.status) throw new Error(`${c.name}: answered ${probe.status}`);
+  const bytes = new Uint8Array(await probe.arrayBuffer());
+  const prebuilt = new Response(probe.status === 304 ? null : bytes, {
+    status: probe.status,
+    headers: probe.headers,
+  });
+
+  Deno.bench({
+    name: `ceiling: new Request + clone of the prebuilt ${c.name} response`,
+    group: c.name,
+    baseline: true,
+    fn: () => {
+      request(xff());
+      prebuilt.clone();
+    },
+  });
+  Deno.bench({
+    name: `handler: ${c.name} (${c.status})`,
+    group: c.name,
+    fn: () => {
+      handler(request(xff()), info);
+    },
+  });
+  if (c.name === "json") {
+    Deno.bench({
+      name: `handler with access log: ${c.name} (${c.status})`,
+      group: c.name,
+      fn: () => {
+        logged(request(xff()), info);
+      },
+    });
+  }
+}
+
+const limiter = new MemoryStore(policy, { sweep: false });
+const t0 = Date.now();
+let tick = 0;
+Deno.bench({
+  name: "limiter: hit() of one of 262,144 callers (admitted, sliding log kept)",
+  group: "limiter",
+  fn: () => {
+    limiter.hit(caller(), t0 + (tick++ >> 4));
+  },
+});
+const full = new MemoryStore(policy, { sweep: false });
+for (let i = 0; i < 60; i++) full.hit("one", t0);
+Deno.bench({
+  name: "limiter: hit() of a caller over its limit (refused)",
+  group: "limiter",
+  fn: () => {
+    full.hit("one", t0 + 1000);
+  },
+});
+
+const accepts = [
+  "application/json",
+  "text/markdown",
+  "text/markdown;q=0.9, application/json;q=0.5",
+  "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+];
+let a = 0;
+Deno.bench({
+  name: "negotiation: preferredType() parsing Accept (not memoised)",
+  group: "negotiation",
+  fn: () => {
+    preferredType(accepts[a++ % accepts.length]!, ["application/json", "text/markdown"]);
+  },
+});
+Deno.bench({
+  name: "negotiation: preferredEncoding() parsing Accept-Encoding (not memoised)",
+  group: "negotiation",
+  fn: () => {
+    preferredEncoding("gzip, deflate, br, zstd");
+  },
+});
+const memoType = memoize((accept) => preferredType(accept, ["application/json", "text/markdown"]));
+Deno.bench({
+  name: "negotiation: memoised, as the handler calls it",
+  group: "negotiation",
+  fn: () => {
+    memoType(accepts[a++ % accepts.length]!);
+  },
+});
+
+const record: AccessRecord = {
+  time: new Date(t0).toISOString(),
+  method: "GET",
+  path: "/api/v1/platform",
+  status: 200,
+  ms: 0,
+  caller: "192.0.2.0",
+};
+Deno.bench({
+  name: "access log: one line formatted",
+  group: "access log",
+  fn: () => {
+    records += formatAccessRecord(record).length;
+  },
+});
+Deno.bench({
+  name: "access log: new Date().toISOString() (what a line would cost without the memo)",
+  group: "access log",
+  fn: () => {
+    records += new Date(t0 + tick++).toISOString().length;
+  },
+});

@@ -1,0 +1,319 @@
+/**
+ * The load benchmark: the service against its ceiling, in interleaved rounds.
+ *
+ * Starts the service (`main.ts --listen`, trusted-proxy mode so that the wrk script's
+ * `X-Forwarded-For` values are real callers) and the reference servers (`load_servers.ts`), both
+ * pinned to one core with `taskset`, and runs `wrk` pinned to the other core against each in turn:
+ * for every round, every scenario, the service, its ceiling (the same status, fields and body from a
+ * prebuilt `Response`, cloned) and the bare one-header server. Rounds interleave the servers so that
+ * noise from other work on the machine falls on all of them alike; the report gives the median and
+ * the range of every figure and of the ratios computed within each round.
+ *
+ * Usage (see `tests/bench/load.sh`, which installs wrk if it is missing):
+ *   deno run --allow-run --allow-net=127.0.0.1 --allow-read --allow-env --allow-write=.bench \
+ *     tests/bench/load.ts [--rounds 3] [--duration 5] [--connections 50] [--access-log off|on|both]
+ *     [--explore] [--scenarios json,markdown,404,429]
+ *
+ * Only 127.0.0.1 is ever targeted; every wrk run is bounded by `--duration`.
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console
+
+import { parseArgs } from "node:util";
+import { SCENARIOS } from "./_scenarios.ts";
+
+const { values: args } = parseArgs({
+  args: Deno.args,
+  options: {
+    rounds: { type: "string", default: "3" },
+    duration: { type: "string", default: "5" },
+    connections: { type: "string", default: "50" },
+    threads: { type: "string", default: "2" },
+    "access-log": { type: "string", default: "off" },
+    explore: { type: "boolean", default: false },
+    scenarios: { type: "string", default: SCENARIOS.map((s) => s.name).join(",") },
+    "server-cpu": { type: "string", default: "0" },
+    "client-cpu": { type: "string", default: "1" },
+  },
+});
+const rounds = Number(args.rounds);
+const duration = Number(args.duration);
+if (!(rounds >= 1 && rounds <= 20 && duration >= 1 && duration <= 60)) {
+  throw new Error("--rounds must be 1..20 and --duration 1..60 (seconds)");
+}
+const scenarios = SCENARIOS.filter((s) => args.scenarios.split(",").includes(s.name));
+const logModes = args["access-log"] === "both" ? ["off", "on"] : [args["access-log"]];
+const here = import.meta.dirname!;
+const root = `${here}/../..`;
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+const baseEnv = {
+  HOSTNAME: "127.0.0.1",
+  TRUSTED_PROXIES: "127.0.0.1",
+  PUBLIC_BASE_URL: "http://localhost:8000",
+};
+
+async function waitFor(url: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    try {
+      const response = await fetch(url);
+      await response.body?.cancel();
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  throw new Error(`${url} did not come up`);
+}
+
+const children: Deno.ChildProcess[] = [];
+function spawn(argv: string[], env: Record<string, string>, stdout: "null" | "piped") {
+  const child = new Deno.Command("taskset", {
+    args: ["-c", args["server-cpu"], Deno.execPath(), ...argv],
+    env,
+    cwd: root,
+    stdout,
+    stderr: "inherit",
+  }).spawn();
+  children.push(child);
+  return child;
+}
+function stopAll() {
+  for (const child of children) {
+    try {
+      child.kill("SIGTERM");
+    } catch { /* already gone */ }
+  }
+}
+Deno.addSignalListener("SIGINT", () => {
+  stopAll();
+  Deno.exit(130);
+});
+
+// The servers under test: the service once per access-log mode, the reference servers once.
+const targets: Record<string, number> = {};
+const pidOf: Record<number, number> = {};
+for (const mode of logModes) {
+  const port = freePort();
+  pidOf[port] = spawn(
+    ["run", "--allow-net", "--allow-read=./static", "--allow-env", "main.ts", "--listen"],
+    { ...baseEnv, PORT: String(port), ACCESS_LOG: mode === "on" ? "true" : "false" },
+    "null", // the access log goes to /dev/null: its formatting is measured, not a terminal
+  ).pid;
+  targets[`service${logModes.length > 1 ? `-log-${mode}` : ""}`] = port;
+  await waitFor(`http://127.0.0.1:${port}/llms.txt`);
+}
+const refs = spawn(
+  [
+    "run",
+    "--allow-net",
+    "--allow-read=./static",
+    "--allow-env",
+    `${here}/load_servers.ts`,
+    ...(args.explore ? ["--explore"] : []),
+  ],
+  { ...baseEnv, PORT: "8000", ACCESS_LOG: "false" },
+  "piped",
+);
+const reader = refs.stdout.pipeThrough(new TextDecoderStream()).getReader();
+let line = "";
+while (!line.includes("\n")) {
+  const { value, done } = await reader.read();
+  if (done) throw new Error("reference servers exited");
+  line += value;
+}
+reader.releaseLock();
+refs.stdout.cancel().catch(() => {});
+const refPorts: Record<string, number> = JSON.parse(line.slice(line.indexOf("{")));
+for (const port of Object.values(refPorts)) pidOf[port] = refs.pid;
+const serviceNames = Object.keys(targets);
+
+interface Run {
+  rps: number;
+  /** Requests per second of server CPU time (user + system): what contention on the machine cannot skew. */
+  rpsCpu: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx3xx: number;
+}
+
+/** CPU seconds (user + system, every thread) a process has used, from /proc. */
+async function cpuSeconds(pid: number): Promise<number> {
+  // Through cat: Deno asks for --allow-all to read /proc/<pid> itself.
+  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/stat`], stdout: "piped" })
+    .output();
+  const stat = new TextDecoder().decode(out.stdout);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in USER_HZ (100)
+}
+
+async function wrk(
+  port: number,
+  scenario: typeof SCENARIOS[number],
+  seconds: number,
+): Promise<Run> {
+  const pid = pidOf[port]!;
+  const cpuBefore = await cpuSeconds(pid);
+  const out = await new Deno.Command("taskset", {
+    args: [
+      "-c",
+      args["client-cpu"],
+      "wrk",
+      `-t${args.threads}`,
+      `-c${args.connections}`,
+      `-d${seconds}s`,
+      "--timeout",
+      "2s",
+      "-s",
+      `${here}/load.lua`,
+      `http://127.0.0.1:${port}${scenario.path}`,
+      "--",
+      String(scenario.callers),
+      scenario.accept ?? "-",
+      args.threads,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  const json = text.split("\n").find((l) => l.startsWith("WRKJSON "));
+  if (!json) throw new Error(`wrk failed: ${text}${new TextDecoder().decode(out.stderr)}`);
+  const r = JSON.parse(json.slice(8));
+  const cpu = await cpuSeconds(pid) - cpuBefore;
+  return {
+    rps: r.requests / (r.duration_us / 1e6),
+    rpsCpu: r.requests / cpu,
+    p50: r.p50_us / 1000,
+    p99: r.p99_us / 1000,
+    errors: r.connect + r.read + r.write + r.timeout,
+    non2xx3xx: r.non2xx3xx,
+  };
+}
+
+/** Checks that the ceiling answers what the service answers: status, field names, body length. */
+async function compare(scenario: typeof SCENARIOS[number]): Promise<string> {
+  const get = async (port: number) => {
+    const headers: Record<string, string> = {
+      "x-forwarded-for": "10.254.0.1",
+      "accept-encoding": "identity", // as wrk: fetch would ask for gzip and br
+    };
+    if (scenario.callers === 1) headers["x-forwarded-for"] = "10.255.255.255";
+    if (scenario.accept) headers["accept"] = scenario.accept;
+    const response = await fetch(`http://127.0.0.1:${port}${scenario.path}`, { headers });
+    const body = await response.arrayBuffer();
+    return {
+      status: response.status,
+      names: [...response.headers.keys()].filter((n) => n !== "date").sort().join(","),
+      length: body.byteLength,
+    };
+  };
+  const service = await get(targets[serviceNames[0]!]!);
+  const ceiling = await get(refPorts[`ceiling-${scenario.name}`]!);
+  if (service.status !== scenario.status) {
+    return `MISMATCH: service answered ${service.status}, expected ${scenario.status}`;
+  }
+  if (JSON.stringify(service) !== JSON.stringify(ceiling)) {
+    return `MISMATCH: service ${JSON.stringify(service)} ceiling ${JSON.stringify(ceiling)}`;
+  }
+  return `same status ${service.status}, ${
+    service.names.split(",").length
+  } fields (+date), ${service.length} bytes`;
+}
+
+const exploreNames = Object.keys(refPorts).filter((n) => n.startsWith("x-"));
+const plan: Array<{ scenario: typeof SCENARIOS[number]; server: string; port: number }[]> = [];
+for (const scenario of scenarios) {
+  const servers = [
+    ...serviceNames.map((name) => ({ server: name, port: targets[name]! })),
+    { server: "ceiling", port: refPorts[`ceiling-${scenario.name}`]! },
+    { server: "bare", port: refPorts["bare"]! },
+    ...(scenario.name === "json"
+      ? exploreNames.map((name) => ({ server: name, port: refPorts[name]! }))
+      : []),
+  ];
+  plan.push(servers.map((s) => ({ scenario, ...s })));
+}
+const runsPerRound = plan.reduce((n, p) => n + p.length, 0);
+console.log(
+  `load benchmark: ${rounds} rounds x ${runsPerRound} runs x ${duration} s ≈ ${
+    Math.ceil((rounds * runsPerRound * (duration + 0.5) + runsPerRound * 2) / 60)
+  } min; wrk -t${args.threads} -c${args.connections} on cpu ${args["client-cpu"]}, servers on cpu ${
+    args["server-cpu"]
+  }`,
+);
+// Warm-up: every server gets 2 s of its scenario before the measured rounds.
+for (const runs of plan) for (const r of runs) await wrk(r.port, r.scenario, 2);
+for (const scenario of scenarios) console.log(`  ${scenario.name}: ${await compare(scenario)}`);
+
+const results = new Map<string, Run[]>();
+for (let round = 0; round < rounds; round++) {
+  for (const runs of plan) {
+    // Rotate the order each round so that no server always runs first or after the same one.
+    const order = runs.map((_, i) => runs[(i + round) % runs.length]!);
+    for (const r of order) {
+      const run = await wrk(r.port, r.scenario, duration);
+      const key = `${r.scenario.name}|${r.server}`;
+      if (!results.has(key)) results.set(key, []);
+      results.get(key)!.push(run);
+    }
+  }
+  console.log(`round ${round + 1}/${rounds} done`);
+}
+stopAll();
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+const spread = (xs: number[], digits: number) =>
+  `${median(xs).toFixed(digits)} [${Math.min(...xs).toFixed(digits)}–${
+    Math.max(...xs).toFixed(digits)
+  }]`;
+
+const rows: string[] = [];
+rows.push(
+  "| scenario | server | rps | p50 ms | p99 ms | rps / ceiling | p99 / ceiling | rps / bare | rps per CPU-s / ceiling's |",
+);
+rows.push("|---|---|---|---|---|---|---|---|---|");
+for (const runs of plan) {
+  const name = runs[0]!.scenario.name;
+  const ceiling = results.get(`${name}|ceiling`)!;
+  const bare = results.get(`${name}|bare`)!;
+  for (const r of runs) {
+    const rs = results.get(`${name}|${r.server}`)!;
+    const perRound = (f: (x: Run, c: Run) => number, base: Run[]) =>
+      rs.map((x, i) => f(x, base[i]!));
+    const errors = rs.reduce((n, x) => n + x.errors, 0);
+    rows.push(
+      `| ${name} | ${r.server}${errors ? ` (${errors} socket errors)` : ""} | ${
+        spread(rs.map((x) => x.rps), 0)
+      } | ${spread(rs.map((x) => x.p50), 2)} | ${spread(rs.map((x) => x.p99), 2)} | ${
+        spread(perRound((x, c) => x.rps / c.rps, ceiling), 3)
+      } | ${spread(perRound((x, c) => x.p99 / c.p99, ceiling), 2)} | ${
+        spread(perRound((x, c) => x.rps / c.rps, bare), 3)
+      } | ${spread(perRound((x, c) => x.rpsCpu / c.rpsCpu, ceiling), 3)} |`,
+    );
+  }
+}
+const report = rows.join("\n");
+console.log(
+  `\nmedian [min–max] over ${rounds} rounds; ratios are taken within each round, then summarised\n`,
+);
+console.log(report);
+await Deno.mkdir(`${root}/.bench`, { recursive: true });
+const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+await Deno.writeTextFile(
+  `${root}/.bench/load-${stamp}.json`,
+  JSON.stringify({ args, results: Object.fromEntries(results) }, null, 2),
+);
+await Deno.writeTextFile(`${root}/.bench/load-${stamp}.md`, report + "\n");
+Deno.exit(0);

@@ -1,0 +1,181 @@
+/**
+ * The memory benchmark: resident memory and V8 heap before and after 100,000 and 1,000,000 distinct
+ * callers with one request each, per tracked caller, and what happens at the tracked-caller cap.
+ *
+ * Run with `deno task bench:memory`. Every case runs in a fresh process (so that no case sees another's
+ * garbage) with `--v8-flags=--expose-gc`, so that every figure is taken after a full collection. The
+ * key strings are made by the benchmark as a server makes them from each request, and are kept by the
+ * store, so they count as the store's memory.
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console
+
+import { createHandler } from "../../lib/app.ts";
+import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadContent } from "../../lib/content.ts";
+import { MemoryStore } from "../../lib/rate_limit.ts";
+
+const gc = (globalThis as { gc?: () => void }).gc;
+
+const POLICY = { limit: 60, windowMs: 60_000 };
+const T0 = Date.now();
+
+function measure(): { rss: number; heap: number } {
+  if (!gc) throw new Error("a case runs with --v8-flags=--expose-gc (deno task bench:memory)");
+  for (let i = 0; i < 3; i++) gc();
+  const m = Deno.memoryUsage();
+  return { rss: m.rss, heap: m.heapUsed };
+}
+
+/** Caller `n` as an address string, made fresh (as a server makes it from a request). */
+function address(n: number): string {
+  return `10.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+}
+
+const mb = (bytes: number) => `${(bytes / 1048576).toFixed(1)} MB`;
+
+interface Row {
+  name: string;
+  sent: number;
+  tracked: number;
+  before: { rss: number; heap: number };
+  after: { rss: number; heap: number };
+  ms: number;
+  note?: string;
+}
+
+type Case = () => Promise<Row[]> | Row[];
+
+function storeCase(n: number): Case {
+  return () => {
+    const before = measure();
+    const store = new MemoryStore(POLICY, { sweep: false, maxCallers: 2_000_000 });
+    let started = performance.now();
+    for (let i = 0; i < n; i++) store.hit(address(i), T0 + (i >> 10));
+    const ms = performance.now() - started;
+    const after = measure();
+    const tracked = store.stats().tracked;
+    const one = { name: "MemoryStore, one request each", sent: n, tracked, before, after, ms };
+    // A second request each: every caller's sliding log now holds two timestamps.
+    started = performance.now();
+    for (let i = 0; i < n; i++) store.hit(address(i), T0 + 1000 + (i >> 10));
+    const ms2 = performance.now() - started;
+    const after2 = measure();
+    store.close();
+    return [one, {
+      name: "MemoryStore, two requests each",
+      sent: n,
+      tracked,
+      before,
+      after: after2,
+      ms: ms2,
+    }];
+  };
+}
+
+const CASES: Record<string, Case> = {
+  "store-100k": storeCase(100_000),
+  "store-1m": storeCase(1_000_000),
+  // 1,000,000 callers into a store capped at 100,000 (RATE_LIMIT_MAX_CALLERS=100000).
+  cap: () => {
+    const cap = 100_000;
+    const before = measure();
+    const store = new MemoryStore(POLICY, { sweep: false, maxCallers: cap });
+    const sent = 1_000_000;
+    const started = performance.now();
+    for (let i = 0; i < sent; i++) store.hit(address(i), T0 + (i >> 10));
+    const ms = performance.now() - started;
+    const after = measure();
+    const { tracked, evicted } = store.stats();
+    // The newest caller is still tracked, the first are forgotten.
+    const newest = store.peek(address(sent - 1), T0 + 2000).remaining;
+    const first = store.peek(address(0), T0 + 2000).remaining;
+    store.close();
+    return [{
+      name: `MemoryStore capped at ${cap.toLocaleString("en")}`,
+      sent,
+      tracked,
+      before,
+      after,
+      ms,
+      note: `evicted ${
+        evicted.toLocaleString("en")
+      }; newest caller remaining ${newest}, first ${first}`,
+    }];
+  },
+  // Through the handler (trusted-proxy mode, X-Forwarded-For): the store and everything else.
+  "handler-100k": async () => {
+    const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));
+    if (!loaded.ok) throw new Error(loaded.errors.join("; "));
+    const content = loadContent(loaded.config);
+    if (!content.ok) throw new Error(content.errors.join("; "));
+    const store = new MemoryStore(POLICY, { sweep: false, maxCallers: 2_000_000 });
+    let clock = T0;
+    const handler = createHandler({
+      config: loaded.config,
+      content: content.content,
+      store,
+      now: () => clock,
+    });
+    const info = { remoteAddr: { hostname: "127.0.0.1" } };
+    const platform = "http://localhost:8000/api/v1/platform";
+    for (let i = 0; i < 1000; i++) {
+      await (await handler(new Request(platform), info)).body?.cancel();
+    }
+    const before = measure();
+    const sent = 100_000;
+    const started = performance.now();
+    for (let i = 0; i < sent; i++) {
+      clock = T0 + (i >> 10);
+      const headers = { "x-forwarded-for": address(i + 1) };
+      const response = await handler(new Request(platform, { headers }), info);
+      await response.body?.cancel();
+    }
+    const ms = performance.now() - started;
+    const after = measure();
+    const tracked = store.stats().tracked - 1;
+    store.close();
+    return [{ name: "handler, GET /api/v1/platform", sent, tracked, before, after, ms }];
+  },
+};
+
+function format(r: Row): string {
+  return `| ${r.name} | ${r.sent.toLocaleString("en")} | ${r.tracked.toLocaleString("en")} | ${
+    mb(r.before.rss)
+  } → ${mb(r.after.rss)} | ${mb(r.before.heap)} → ${mb(r.after.heap)} | ${
+    ((r.after.heap - r.before.heap) / r.tracked).toFixed(0)
+  } B | ${((r.after.rss - r.before.rss) / r.tracked).toFixed(0)} B | ${
+    (r.ms * 1e6 / r.sent).toFixed(0)
+  } ns |${r.note ? ` ${r.note}` : ""}`;
+}
+
+const only = Deno.args[0];
+if (only !== undefined) {
+  console.log(JSON.stringify(await CASES[only]!()));
+} else {
+  const rows: string[] = [
+    "| case | callers sent | tracked | RSS before → after | heap before → after | heap / tracked caller | RSS / tracked caller | time per request | |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ];
+  for (const name of Object.keys(CASES)) {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--v8-flags=--expose-gc",
+        "--allow-env",
+        "--allow-read",
+        import.meta.filename!,
+        name,
+      ],
+      stderr: "inherit",
+    }).output();
+    if (!out.success) throw new Error(`case ${name} failed`);
+    for (const r of JSON.parse(new TextDecoder().decode(out.stdout)) as Row[]) {
+      rows.push(format(r));
+      console.error(rows.at(-1));
+    }
+  }
+  console.log(`\nDeno ${Deno.version.deno}, V8 ${Deno.version.v8}; every figure after a full GC\n`);
+  console.log(rows.join("\n"));
+}
