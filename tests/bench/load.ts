@@ -24,7 +24,8 @@ import { parseArgs } from "node:util";
 import { SCENARIOS } from "./_scenarios.ts";
 
 const { values: args } = parseArgs({
-  args: Deno.args,
+  // `deno task bench:load -- --rounds 5` passes the `--` on; it separates nothing here.
+  args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
   options: {
     rounds: { type: "string", default: "3" },
     duration: { type: "string", default: "5" },

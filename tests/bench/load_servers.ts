@@ -65,7 +65,7 @@ async function capture(scenario: typeof SCENARIOS[number]): Promise<Captured> {
   };
 }
 
-type Serve = (request: Request) => Response;
+type Serve = (request: Request, info: Deno.ServeHandlerInfo) => Response;
 
 function cloning(c: Captured, transform: (h: [string, string][]) => [string, string][] = (h) => h) {
   const prebuilt = new Response(fastest(c), { status: c.status, headers: transform(c.headers) });
@@ -123,6 +123,19 @@ if (Deno.args.includes("--explore")) {
     new Response(json.body, { status: json.status, headers: prebuiltHeaders });
   listeners["x-new-literal"] = () =>
     new Response(json.body, { status: json.status, headers: Object.fromEntries(json.headers) });
+  // The ceiling plus the reads any real service of this spec must make (the path for the route,
+  // Accept, Accept-Encoding, If-None-Match, the forwarded caller, the peer address), and nothing else:
+  // the part of the gap to the ceiling that no handler code can close.
+  const readsOnly = cloning(json);
+  listeners["x-ceiling-plus-reads"] = ((request: Request, info: Deno.ServeHandlerInfo) => {
+    const headers = request.headers;
+    const seen = request.url.length + (headers.get("accept")?.length ?? 0) +
+      (headers.get("accept-encoding")?.length ?? 0) + (headers.get("if-none-match")?.length ?? 0) +
+      (headers.get("x-forwarded-for")?.length ?? 0) +
+      (info.remoteAddr as Deno.NetAddr).hostname.length;
+    if (seen < 0) throw new Error("unreachable");
+    return readsOnly();
+  }) as Serve;
   const prebuiltBytes = new Response(json.body, { status: json.status, headers: json.headers });
   listeners["x-clone-bytes-body"] = () => prebuiltBytes.clone();
 }
