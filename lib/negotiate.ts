@@ -21,6 +21,9 @@ export const ENCODINGS: readonly Encoding[] = ["br", "gzip", "identity"];
 /** Most distinct header values remembered per negotiator; beyond it the memo starts again. */
 const MEMO_LIMIT = 1024;
 
+/** Longest header value remembered: at most MEMO_LIMIT x 256 characters per memo. */
+const MEMO_MAX_LENGTH = 256;
+
 interface NegotiatorInstance {
   mediaTypes(available: string[]): string[];
   encodings(available: string[], options?: { preferred?: string[] }): string[];
@@ -44,8 +47,29 @@ export function preferredType<T extends string>(
   supported: readonly [T, ...T[]],
 ): T {
   if (accept === null || accept === "") return supported[0];
-  const ranked = new NegotiatorClass({ headers: { accept } }).mediaTypes([...supported]);
+  const ranked = new NegotiatorClass({ headers: { accept: withoutMediaTypeParameters(accept) } })
+    .mediaTypes([...supported]);
   return (ranked[0] as T | undefined) ?? supported[0];
+}
+
+/**
+ * Drops media-type parameters other than `q` from an `Accept` value. Negotiator matches a range with
+ * parameters only against an offer with the same ones, so `text/markdown; charset=utf-8` or
+ * `text/markdown; variant=CommonMark` would otherwise miss the one Markdown the service has (UTF-8,
+ * GFM) and fall back to the default.
+ *
+ * @example
+ * ```ts
+ * withoutMediaTypeParameters("text/markdown; charset=utf-8;q=0.8, application/json;q=0.1");
+ * // "text/markdown;q=0.8,application/json;q=0.1"
+ * ```
+ */
+export function withoutMediaTypeParameters(accept: string): string {
+  return accept.split(",").map((range) => {
+    const [type = "", ...parameters] = range.split(";");
+    const q = parameters.find((p) => /^\s*q\s*=/i.test(p));
+    return q === undefined ? type.trim() : `${type.trim()};${q.trim()}`;
+  }).join(",");
 }
 
 /**
@@ -74,6 +98,9 @@ export function memoize<R>(negotiate: (value: string | null) => R): (value: stri
   let none: { value: R } | undefined;
   return (value) => {
     if (value === null) return (none ??= { value: negotiate(null) }).value;
+    // Header values can be tens of kilobytes: remembering long ones would let callers fill memory
+    // by size rather than by count. Real Accept values are short, so nothing is lost.
+    if (value.length > MEMO_MAX_LENGTH) return negotiate(value);
     let result = memo.get(value);
     if (result === undefined) {
       result = negotiate(value);

@@ -29,6 +29,16 @@ Deno.test("preferredType() follows q-values, specificity and order", () => {
     ["application/json", PAGE, "text/html"], // matches nothing: the default, not 406
     ["image/png", PLATFORM, "application/json"],
     ["garbage;;;,,q=", PLATFORM, "application/json"],
+    // Parameters other than q do not keep a range from matching the one Markdown there is.
+    ["text/markdown; charset=utf-8", PLATFORM, "text/markdown"],
+    ["text/markdown;charset=UTF-8, application/json;q=0.5", PLATFORM, "text/markdown"],
+    ["text/markdown; variant=CommonMark", PAGE, "text/markdown"],
+    [
+      'text/markdown; charset="utf-8"; q=0.4, application/json; q=0.5',
+      PLATFORM,
+      "application/json",
+    ],
+    ["application/json; charset=utf-8", PLATFORM, "application/json"],
   ];
   for (const [accept, supported, expected] of cases) {
     assert.equal(preferredType(accept, supported), expected, String(accept));
@@ -69,4 +79,16 @@ Deno.test("memoize() computes once per value, including null, and stays bounded"
   assert.equal(calls, 5002);
   // Still correct after the memo has been cleared.
   assert.equal(f("abcd"), 4);
+});
+
+Deno.test("memoize() does not remember long values, so memory is bounded by size as well as count", () => {
+  let calls = 0;
+  const f = memoize((value) => {
+    calls++;
+    return value?.length ?? -1;
+  });
+  const long = "text/markdown, ".repeat(100);
+  assert.equal(f(long), long.length);
+  assert.equal(f(long), long.length);
+  assert.equal(calls, 2, "computed each time");
 });
