@@ -20,7 +20,7 @@ import {
   errorJson,
   errorMarkdown,
 } from "./errors.ts";
-import { ifNoneMatchMatches, pathOf, STATUS } from "./http.ts";
+import { ifNoneMatchMatches, isValidHost, pathOf, STATUS } from "./http.ts";
 import { renderPage } from "./layout.ts";
 import { type Encoding, memoize, preferredEncoding, preferredType } from "./negotiate.ts";
 import {
@@ -109,6 +109,7 @@ interface RouteTemplates {
   pick: (accept: string | null) => Readonly<Record<Encoding, VariantTemplates>>;
   preflight: ResponseTemplate;
   methodNotAllowed: ResponseTemplate;
+  badRequest: ErrorTemplates;
   rateLimited: ErrorTemplates;
   /** The refusal when the store could not decide (`Decision.unavailable`). */
   unavailable: ErrorTemplates;
@@ -189,6 +190,8 @@ export function createHandler(options: HandlerOptions): Handler {
   const rateLimited = errorOf("rate_limited", "json");
   const rateLimitUnavailable = errorOf("rate_limit_unavailable", "json");
   const internalError = errorOf("internal_error", "json");
+  const badRequest = errorOf("bad_request", "json");
+  const unknownBadRequest = errorTemplates(badRequest, []);
   const unknownRateLimited = errorTemplates(rateLimited, []);
   const unknownUnavailable = errorTemplates(rateLimitUnavailable, []);
   const unknownInternalError = errorTemplates(internalError, []);
@@ -243,6 +246,7 @@ export function createHandler(options: HandlerOptions): Handler {
       ],
     },
     methodNotAllowed: errorTemplates(methodNotAllowed, route.fields).get,
+    badRequest: errorTemplates(badRequest, route.fields),
     rateLimited: errorTemplates(rateLimited, route.fields),
     unavailable: errorTemplates(rateLimitUnavailable, route.fields),
     internalError: errorTemplates(internalError, route.fields),
@@ -257,6 +261,8 @@ export function createHandler(options: HandlerOptions): Handler {
       decision.allowed ? decision : { ...decision, allowed: true },
     );
 
+  // Nearly every request names the same host: remember the last valid one.
+  let lastValidHost = "";
   const answer = (
     request: Request,
     method: string,
@@ -272,6 +278,14 @@ export function createHandler(options: HandlerOptions): Handler {
       return cache.respond(method === "HEAD" ? refused.head : refused.get, decision);
     }
     const headers = request.headers;
+    const host = headers.get("host");
+    if (host !== null && host !== lastValidHost) {
+      if (!isValidHost(host)) {
+        const refused = route ? route.badRequest : unknownBadRequest;
+        return cache.respond(method === "HEAD" ? refused.head : refused.get, decision);
+      }
+      lastValidHost = host;
+    }
     if (route === undefined) {
       const missing = pickNotFound(headers.get("accept"));
       return cache.respond(method === "HEAD" ? missing.head : missing.get, decision);
@@ -291,13 +305,12 @@ export function createHandler(options: HandlerOptions): Handler {
 
   const handle = (
     request: Request,
-    info: PeerInfo,
+    key: string,
     started: number,
     path: string,
   ): Response | Promise<Response> => {
     const route = routes.get(path);
     const headers = request.headers;
-    const key = callerKey(headers, info);
     const method = request.method;
     if (
       method === "OPTIONS" && headers.has("origin") && headers.has("access-control-request-method")
@@ -305,7 +318,9 @@ export function createHandler(options: HandlerOptions): Handler {
       // A CORS preflight is the browser asking permission, not the caller's request: never counted.
       const peeked = store.peek(key, started);
       const finish = (d: Decision) =>
-        route ? preflight(route, d) : cache.respond(pickNotFound(headers.get("accept")).get, d);
+        route
+          ? preflight(route, d)
+          : cache.respond(pickNotFound(headers.get("accept")).get, { ...d, allowed: true });
       return peeked instanceof Promise ? peeked.then(finish) : finish(peeked);
     }
     const decision = store.hit(key, started);
@@ -339,42 +354,45 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     return iso;
   };
-  const truncated = memoize((hostname) => truncatedAddress(hostname ?? ""));
+  // The caller is logged as the rate limit saw it (behind trusted proxies, the client, not the
+  // proxy), truncated: keys are an IPv4 address or an IPv6 /64 written as "xxxx:...::/64".
+  const truncated = memoize((key) => truncatedAddress((key ?? "").replace(/\/64$/, "")));
   const record = (
     request: Request,
-    info: PeerInfo,
+    key: string,
     started: number,
     path: string,
     status: number,
   ) => {
     if (!accessLog) return;
-    const addr = info.remoteAddr;
     accessLog({
       time: isoOf(started),
       method: request.method,
       path,
       status,
       ms: Math.round((now() - started) * 1000) / 1000,
-      caller: "hostname" in addr ? truncated(addr.hostname) : "unix",
+      caller: key === "unix" ? "unix" : truncated(key),
     });
   };
 
   return (request, info) => {
     const started = now();
     const path = pathOf(request.url);
+    let key = "";
     let result: Response | Promise<Response>;
     try {
-      result = handle(request, info, started, path);
+      key = callerKey(request.headers, info);
+      result = handle(request, key, started, path);
     } catch (err) {
       result = fail(err, request);
     }
     if (result instanceof Promise) {
       return result.catch((err) => fail(err, request)).then((response) => {
-        record(request, info, started, path, response.status);
+        record(request, key, started, path, response.status);
         return response;
       });
     }
-    record(request, info, started, path, result.status);
+    record(request, key, started, path, result.status);
     return result;
   };
 }

@@ -13,6 +13,7 @@ import { STATUS } from "./http.ts";
 
 /** The stable error codes. Adding one is a change of the public contract (README, OpenAPI). */
 export type ErrorCode =
+  | "bad_request"
   | "not_found"
   | "method_not_allowed"
   | "rate_limited"
@@ -21,6 +22,7 @@ export type ErrorCode =
 
 /** Every {@linkcode ErrorCode}, in the order the documentation lists them. */
 export const ERROR_CODES: readonly ErrorCode[] = [
+  "bad_request",
   "not_found",
   "method_not_allowed",
   "rate_limited",
@@ -50,6 +52,12 @@ export interface ErrorInfo {
 export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
   const base = config.baseUrl;
   return {
+    bad_request: {
+      status: STATUS.BadRequest,
+      title: "Bad request",
+      message: "The Host header of this request is not a valid host name.",
+      hint: `Send Host as host[:port], as HTTP clients do by default; this service is ${base}.`,
+    },
     not_found: {
       status: STATUS.NotFound,
       title: "Not found",

@@ -10,6 +10,7 @@ export const STATUS = {
   OK: 200,
   NoContent: 204,
   NotModified: 304,
+  BadRequest: 400,
   NotFound: 404,
   MethodNotAllowed: 405,
   TooManyRequests: 429,
@@ -51,4 +52,15 @@ export function ifNoneMatchMatches(ifNoneMatch: string, etag: string): boolean {
     if ((candidate.startsWith("W/") ? candidate.slice(2) : candidate) === opaque) return true;
   }
   return false;
+}
+
+/** host, IPv4, or bracketed IPv6, then an optional port: what RFC 9112 section 3.2 allows in `Host`. */
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
+
+/**
+ * Whether a `Host` value is a valid host[:port]. The runtime builds `Request.url` from it, so a value
+ * with `/`, `?`, `#` or `@` in it would otherwise choose the path the handler sees.
+ */
+export function isValidHost(host: string): boolean {
+  return HOST.test(host);
 }

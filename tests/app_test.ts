@@ -412,6 +412,39 @@ Deno.test("a 500 still carries what the served OpenAPI document requires of ever
   assert.deepEqual(problems, []);
 });
 
+Deno.test("behind a trusted proxy the access log keeps the client, truncated, not the proxy", async () => {
+  const { handler, records, close } = setup({ TRUSTED_PROXIES: "10.0.0.0/8" });
+  try {
+    await send(handler, "/llms.txt", {
+      peer: "10.1.2.3",
+      headers: { "x-forwarded-for": "203.0.113.9, 10.0.0.7" },
+    });
+    await send(handler, "/llms.txt", {
+      peer: "10.1.2.3",
+      headers: { "x-forwarded-for": "2001:db8:abcd:12::5" },
+    });
+    assert.deepEqual(records.map((r) => r.caller), ["203.0.113.0", "2001:db8:abcd::"]);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("a preflight is never refused: no Retry-After, on known and unknown paths", async () => {
+  const { handler, close } = setup({ RATE_LIMIT: "1" });
+  try {
+    await send(handler, "/llms.txt");
+    assert.equal((await send(handler, "/llms.txt")).response.status, 429);
+    const preflight = { origin: "https://app.example", "access-control-request-method": "GET" };
+    for (const path of ["/llms.txt", "/nope"]) {
+      const { response } = await send(handler, path, { method: "OPTIONS", headers: preflight });
+      assert.equal(response.headers.get("retry-after"), null, path);
+      assert.equal(response.headers.get("ratelimit-remaining"), "0", path);
+    }
+  } finally {
+    close();
+  }
+});
+
 // ---------------------------------------------------------------------------------------------------
 // Access log
 

@@ -21,6 +21,7 @@ const catalog = errorCatalog(result.config);
 Deno.test("every error code has a status and non-empty message and hint", () => {
   const statuses = Object.fromEntries(ERROR_CODES.map((code) => [code, catalog[code].status]));
   assert.deepEqual(statuses, {
+    bad_request: 400,
     not_found: 404,
     method_not_allowed: 405,
     rate_limited: 429,

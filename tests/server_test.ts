@@ -936,3 +936,29 @@ Deno.test("HEAD of a 429 has no body, the same fields and the Content-Length of 
   assert.deepEqual(perRepresentationFields(head), perRepresentationFields(get));
   assert.equal(head.headers.get("retry-after"), get.headers.get("retry-after"));
 });
+
+// ---------------------------------------------------------------------------------------------------
+// Host
+
+Deno.test("an invalid Host answers 400 bad_request and cannot choose the route", async () => {
+  await using api = await open({ RATE_LIMIT: "1000" });
+  // The runtime builds Request.url from Host: this one would make /llms.txt look like the platform.
+  for (const host of ["x/api/v1/platform?", "x?y", "x#y", "user@x", "a b"]) {
+    const reply = await api.call("/llms.txt", { headers: { host } });
+    assert.equal(reply.status, 400, host);
+    assert.equal((reply.json as { error: { code: string } }).error.code, "bad_request", host);
+    assert.ok(!reply.text.includes("developerResources"), `${host}: no platform body`);
+  }
+  for (
+    const host of [
+      "localhost",
+      "localhost:8000",
+      "127.0.0.1:1",
+      "[::1]:8000",
+      "discovery.example.com",
+    ]
+  ) {
+    const reply = await api.call("/llms.txt", { headers: { host } });
+    assert.equal(reply.status, 200, host);
+  }
+});
