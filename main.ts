@@ -12,7 +12,12 @@
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/app.ts";
-import { denoEnv, formatConfigErrors, loadConfig } from "./lib/config.ts";
+import {
+  denoEnv,
+  formatConfigErrors,
+  loadConfig,
+  MIN_DEPRECATION_NOTICE_DAYS,
+} from "./lib/config.ts";
 import { loadContent } from "./lib/content.ts";
 import { openRateLimitStore } from "./lib/rate_limit_store.ts";
 
@@ -76,16 +81,58 @@ const fetch = createHandler({
 
 export default { fetch } satisfies Deno.ServeDefaultExport;
 
-if (import.meta.main && Deno.args.includes("--listen")) {
-  const server = Deno.serve({
-    port: config.port,
-    hostname: config.hostname,
-    onListen: ({ hostname, port }) =>
-      event("info", "listening", {
-        address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
-        baseUrl: config.baseUrl,
-      }),
-  }, fetch);
+// The spec asks for the announcement at least 90 days before removal. Start-up checks the two dates;
+// whether the headers really went out that early depends on when this was first deployed.
+if (
+  config.sunset && config.sunset.getTime() - Date.now() < MIN_DEPRECATION_NOTICE_DAYS * 86_400_000
+) {
+  event(
+    "warn",
+    "SUNSET_DATE is less than 90 days away: the removal must have been announced (Deprecation and Sunset sent) since at least 90 days before it",
+    {
+      sunset: config.sunset.toISOString(),
+    },
+  );
+}
+
+const listen = import.meta.main && Deno.args.includes("--listen");
+
+if (!listen) {
+  // Under `deno serve` (or an embedding server) the runtime owns the listener; still, lines waiting
+  // in the access log must not be lost when the process is told to stop. Deno Deploy has no signals.
+  try {
+    for (const signal of ["SIGTERM", "SIGINT"] as const) {
+      Deno.addSignalListener(signal, () => {
+        accessLog?.flush();
+        Deno.exit(0);
+      });
+    }
+  } catch {
+    // No signal support here: the log is flushed every 250 ms regardless.
+  }
+}
+
+if (listen) {
+  let server: Deno.HttpServer<Deno.NetAddr>;
+  try {
+    server = Deno.serve({
+      port: config.port,
+      hostname: config.hostname,
+      onListen: ({ hostname, port }) =>
+        event("info", "listening", {
+          address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
+          baseUrl: config.baseUrl,
+        }),
+    }, fetch);
+  } catch (error) {
+    // A taken port or a port this user may not bind is an operator's problem, not a stack trace.
+    console.error(
+      `Cannot listen on ${config.hostname}:${config.port}: ${
+        error instanceof Error ? error.message : String(error)
+      }; nothing is served.`,
+    );
+    Deno.exit(1);
+  }
 
   let stopping = false;
   const stop = async (signal: Deno.Signal) => {

@@ -7,12 +7,16 @@
  * @module
  */
 
-import { type CidrSet, parseCidrSet } from "./caller.ts";
+import { type CidrSet, parseCidrSet, parseIp } from "./caller.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
 export const MIN_DEPRECATION_NOTICE_DAYS = 90;
 
 const DAY_MS = 86_400_000;
+
+/** A DNS host name (RFC 1123 labels). */
+const HOST_NAME =
+  /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
 /** Where rate-limit state lives: this process, Deno KV, or Redis. */
 export type RateLimitStoreKind = "memory" | "kv" | "redis";
@@ -145,6 +149,11 @@ export function loadConfig(env: Env): ConfigResult {
 
   const port = int("PORT", 8000, { min: 0, max: 65535 });
   const hostname = read("HOSTNAME") ?? "0.0.0.0";
+  if (parseIp(hostname) === undefined && !HOST_NAME.test(hostname)) {
+    errors.push(
+      `HOSTNAME must be an IP address or a host name to listen on, got ${JSON.stringify(hostname)}`,
+    );
+  }
   const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
   const link = (name: EnvName, fallback: string) => absoluteUri(read(name), fallback, name, errors);
 
@@ -345,16 +354,18 @@ function baseUrlOf(raw: string | undefined, port: number, errors: string[]): str
   try {
     url = new URL(raw);
   } catch {
-    errors.push(`PUBLIC_BASE_URL must be an absolute http(s) URL, got ${JSON.stringify(raw)}`);
+    errors.push(
+      `PUBLIC_BASE_URL must be an absolute http(s) URL, got ${JSON.stringify(redacted(raw))}`,
+    );
     return raw;
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    errors.push(`PUBLIC_BASE_URL must use http or https, got ${JSON.stringify(raw)}`);
+    errors.push(`PUBLIC_BASE_URL must use http or https, got ${JSON.stringify(redacted(raw))}`);
   }
   if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
     errors.push(
       `PUBLIC_BASE_URL must not carry credentials, a query or a fragment, got ${
-        JSON.stringify(raw)
+        JSON.stringify(redacted(raw))
       }`,
     );
   }

@@ -153,3 +153,18 @@ Deno.test("loadConfig() treats empty and blank variables as unset", () => {
   assert.equal(config.name, "Legal Intelligence Platform");
   assert.equal(config.rateLimit, 60);
 });
+
+Deno.test("loadConfig() checks HOSTNAME and never echoes a password from PUBLIC_BASE_URL", () => {
+  for (const hostname of ["127.0.0.1", "::1", "0.0.0.0", "localhost", "pod-7f9c.svc"]) {
+    assert.equal(configOf({ HOSTNAME: hostname }).hostname, hostname);
+  }
+  for (const hostname of ["not a host", "[::1]", "-bad", "a/b", "x..y"]) {
+    assert.match(
+      errorsOf({ HOSTNAME: hostname })[0]!,
+      /^HOSTNAME must be an IP address or a host name/,
+    );
+  }
+  const [message] = errorsOf({ PUBLIC_BASE_URL: "https://user:hunter2@example.com/" });
+  assert.match(message!, /must not carry credentials/);
+  assert.ok(!message!.includes("hunter2"));
+});

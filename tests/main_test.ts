@@ -154,3 +154,65 @@ Deno.test("the compile task embeds static/, which the service needs at start-up"
   assert.match(deno.tasks.compile, /--include static /);
   assert.match(deno.tasks.compile, / main\.ts --listen$/);
 });
+
+Deno.test("main.ts --listen on a taken port says so in one line and exits 1", async () => {
+  const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  try {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", ...PERMISSIONS, MAIN, "--listen"],
+      env: {
+        PORT: String(taken.addr.port),
+        HOSTNAME: "127.0.0.1",
+        PUBLIC_BASE_URL: "http://127.0.0.1",
+        NO_COLOR: "1",
+      },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 1, stderr);
+    assert.match(
+      stderr,
+      new RegExp(
+        `^Cannot listen on 127\\.0\\.0\\.1:${taken.addr.port}: .*; nothing is served\\.\\n$`,
+      ),
+    );
+  } finally {
+    taken.close();
+  }
+});
+
+Deno.test("under deno serve, SIGTERM still writes the access-log lines waiting in the buffer", async () => {
+  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = probe.addr.port;
+  probe.close();
+  const process = new Deno.Command(Deno.execPath(), {
+    args: ["serve", "--host", "127.0.0.1", "--port", String(port), ...PERMISSIONS, MAIN],
+    cwd: ROOT,
+    env: { PUBLIC_BASE_URL: `http://127.0.0.1:${port}`, NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const stdout = new Response(process.stdout).text();
+  try {
+    let response: Response | undefined;
+    for (let attempt = 0; attempt < 100 && response === undefined; attempt++) {
+      try {
+        response = await fetch(`http://127.0.0.1:${port}/llms.txt?q=hidden`);
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    assert.equal(response?.status, 200);
+    await response?.body?.cancel();
+    process.kill("SIGTERM");
+    assert.equal((await process.status).code, 0);
+    const lines = (await stdout).trim().split("\n").filter((line) => line.startsWith("{"));
+    assert.deepEqual(lines.map((line) => JSON.parse(line).path), ["/llms.txt"]);
+  } finally {
+    try {
+      process.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await process.status;
+  }
+});
