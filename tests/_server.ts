@@ -18,6 +18,15 @@ import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.
 import { type Content, loadContent } from "../lib/content.ts";
 import { MemoryStore, type RateLimitStore } from "../lib/rate_limit.ts";
 
+/** The five rate-limit fields every response carries. */
+export const RATE_LIMIT_FIELDS: readonly string[] = [
+  "ratelimit-policy",
+  "ratelimit",
+  "ratelimit-limit",
+  "ratelimit-remaining",
+  "ratelimit-reset",
+];
+
 /** The public base URL tests configure by default: deliberately not the server's own address. */
 export const TEST_BASE_URL = "https://discovery.example.test";
 

@@ -13,6 +13,23 @@ const ROOT = join(import.meta.dirname!, "..");
 const MAIN = join(ROOT, "main.ts");
 const PERMISSIONS = ["--allow-net", "--allow-env", `--allow-read=${join(ROOT, "static")}`];
 
+/** Runs `main.ts --listen` to completion with `env`, for start-up failures. */
+async function runMain(
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: Uint8Array; stderr: string }> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", ...PERMISSIONS, MAIN, "--listen"],
+    env: { NO_COLOR: "1", ...env },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return {
+    code: output.code,
+    stdout: output.stdout,
+    stderr: new TextDecoder().decode(output.stderr),
+  };
+}
+
 /** Reads a process's stderr until a JSON "listening" event gives the address. */
 async function listeningAddress(
   stream: ReadableStream<Uint8Array<ArrayBuffer>>,
@@ -39,19 +56,13 @@ async function listeningAddress(
 }
 
 Deno.test("main.ts refuses bad configuration: every problem listed, exit code 1, nothing served", async () => {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...PERMISSIONS, MAIN, "--listen"],
-    env: {
-      PORT: "99999",
-      RATE_LIMIT: "none",
-      DEPRECATION_DATE: "2027-01-01",
-      SUNSET_DATE: "2027-02-01",
-      NO_COLOR: "1",
-    },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const stderr = new TextDecoder().decode(output.stderr);
+  const output = await runMain({
+    PORT: "99999",
+    RATE_LIMIT: "none",
+    DEPRECATION_DATE: "2027-01-01",
+    SUNSET_DATE: "2027-02-01",
+  });
+  const stderr = output.stderr;
   assert.equal(output.code, 1, stderr);
   assert.match(stderr, /Configuration is invalid \(3 problems\); nothing is served/);
   assert.match(stderr, /PORT must be from 0 to 65535, got 99999/);
@@ -158,18 +169,12 @@ Deno.test("the compile task embeds static/, which the service needs at start-up"
 Deno.test("main.ts --listen on a taken port says so in one line and exits 1", async () => {
   const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   try {
-    const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", ...PERMISSIONS, MAIN, "--listen"],
-      env: {
-        PORT: String(taken.addr.port),
-        HOSTNAME: "127.0.0.1",
-        PUBLIC_BASE_URL: "http://127.0.0.1",
-        NO_COLOR: "1",
-      },
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(output.stderr);
+    const output = await runMain({
+      PORT: String(taken.addr.port),
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "http://127.0.0.1",
+    });
+    const stderr = output.stderr;
     assert.equal(output.code, 1, stderr);
     assert.match(
       stderr,

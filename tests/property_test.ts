@@ -15,17 +15,10 @@ import { createHandler } from "../lib/app.ts";
 import { type Encoding, preferredEncoding, preferredType } from "../lib/negotiate.ts";
 import { MemoryStore } from "../lib/rate_limit.ts";
 import { buildRoutes } from "../lib/routes.ts";
-import { testConfig, testContent } from "./_server.ts";
+import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
 
 const NUM_RUNS = 300;
 const INFO = { remoteAddr: { transport: "tcp" as const, hostname: "192.0.2.1", port: 1 } };
-const RATE_LIMIT_FIELDS = [
-  "ratelimit-policy",
-  "ratelimit",
-  "ratelimit-limit",
-  "ratelimit-remaining",
-  "ratelimit-reset",
-];
 
 const config = testConfig({ RATE_LIMIT: "1000000" });
 const content = testContent(config);

@@ -17,6 +17,7 @@ import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import {
   type EnvRecord,
+  RATE_LIMIT_FIELDS,
   rawRequest,
   type RawResponse,
   startServer,
@@ -53,13 +54,6 @@ const EXPOSED = [
   "Link",
   "Deprecation",
   "Sunset",
-];
-const RATE_LIMIT_FIELDS = [
-  "ratelimit-policy",
-  "ratelimit",
-  "ratelimit-limit",
-  "ratelimit-remaining",
-  "ratelimit-reset",
 ];
 /** Fields whose values legitimately differ between two requests for the same thing. */
 const PER_REQUEST_FIELDS = new Set(["date", "connection", ...RATE_LIMIT_FIELDS]);
