@@ -254,12 +254,9 @@ export function createHandler(options: HandlerOptions): Handler {
   const routes = new Map<string, RouteTemplates>();
   for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
 
-  // A preflight is never refused (it is not counted), so it carries no Retry-After.
+  // The 204 of OPTIONS: for a plain OPTIONS the decision was admitted; a preflight is never refused.
   const preflight = (route: RouteTemplates, decision: Decision): Response =>
-    cache.respond(
-      route.preflight,
-      decision.allowed ? decision : { ...decision, allowed: true },
-    );
+    cache.respond(route.preflight, decision);
 
   // Nearly every request names the same host: remember the last valid one.
   let lastValidHost = "";
@@ -317,10 +314,13 @@ export function createHandler(options: HandlerOptions): Handler {
     ) {
       // A CORS preflight is the browser asking permission, not the caller's request: never counted.
       const peeked = store.peek(key, started);
-      const finish = (d: Decision) =>
-        route
+      // Nor is it ever refused, so its answer carries no Retry-After, whatever the path.
+      const finish = (peek: Decision) => {
+        const d = peek.allowed ? peek : { ...peek, allowed: true };
+        return route
           ? preflight(route, d)
-          : cache.respond(pickNotFound(headers.get("accept")).get, { ...d, allowed: true });
+          : cache.respond(pickNotFound(headers.get("accept")).get, d);
+      };
       return peeked instanceof Promise ? peeked.then(finish) : finish(peeked);
     }
     const decision = store.hit(key, started);
