@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import {
+  compactKey,
   decide,
   MemoryStore,
   policyHeader,
@@ -222,5 +223,130 @@ Deno.test("property: a sweep at any time never changes a decision", () => {
       },
     ),
     { numRuns: 200 },
+  );
+});
+
+Deno.test("compactKey() holds canonical IPv4 addresses as their 32-bit value and every other key as it is", () => {
+  assert.equal(compactKey("0.0.0.0"), 0);
+  assert.equal(compactKey("10.1.2.3"), 0x0a010203);
+  assert.equal(compactKey("127.0.0.1"), 0x7f000001);
+  assert.equal(compactKey("255.255.255.255"), -1); // int32: high addresses are negative
+  assert.equal(compactKey("192.0.2.1"), 0xc0000201 | 0);
+  for (
+    const other of [
+      "010.0.0.1", // leading zero: not canonical, so not the same caller as 10.0.0.1
+      "10.0.0.01",
+      "00.0.0.0",
+      "256.0.0.1",
+      "1.2.3",
+      "1.2.3.4.5",
+      "1..2.3",
+      ".1.2.3",
+      "1.2.3.",
+      "1.2.3.4 ",
+      "1234.1.1.1",
+      "2001:0db8:0001:0002::/64",
+      "::ffff:1.2.3.4",
+      "unix",
+      "",
+    ]
+  ) {
+    assert.equal(compactKey(other), other, other);
+  }
+});
+
+Deno.test("property: compactKey() gives distinct strings distinct keys, and numbers only to canonical IPv4", () => {
+  const octet = fc.integer({ min: 0, max: 255 });
+  const ipv4 = fc.tuple(octet, octet, octet, octet).map((o) => o.join("."));
+  const near = fc.stringMatching(/^[0-9.]{0,16}$/);
+  const key = fc.oneof(ipv4, near, fc.string());
+  fc.assert(
+    fc.property(key, key, (a, b) => {
+      const ka = compactKey(a);
+      if (typeof ka === "number") {
+        // Back from the number to the very same string: the mapping is one to one.
+        const back = [ka >>> 24, (ka >>> 16) & 255, (ka >>> 8) & 255, ka & 255].join(".");
+        assert.equal(back, a);
+      } else {
+        assert.equal(ka, a);
+      }
+      if (a !== b) assert.notEqual(ka, compactKey(b));
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+Deno.test("a caller counted just before the store moves its base time is still counted after", () => {
+  const s = store({ limit: 3, windowMs: 60_000 });
+  s.hit("192.0.2.1", T0); // sets the base time
+  const late = T0 + 2 ** 30 - 10; // the last offset before the base moves
+  assert.deepEqual(s.hit("192.0.2.1", late), { allowed: true, remaining: 2, resetSeconds: 60 });
+  assert.deepEqual(s.hit("other", late - 5_000), { allowed: true, remaining: 2, resetSeconds: 60 });
+  // 20 ms later the base moves: both callers keep their counts and their reset.
+  const after = late + 20;
+  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 1, resetSeconds: 60 });
+  assert.deepEqual(s.peek("other", after + 5_000), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 50, // counted at late - 5 s, so it leaves at late + 55 s
+  });
+  assert.deepEqual(s.hit("192.0.2.1", after + 1), {
+    allowed: true,
+    remaining: 0,
+    resetSeconds: 60,
+  });
+  assert.equal(s.hit("192.0.2.1", after + 2).allowed, false);
+  assert.equal(s.hit("192.0.2.1", late + 60_000).allowed, true); // the first one has left
+});
+
+Deno.test("property: the store decides as a plain sliding log would, across IPv4 and other keys and long gaps", () => {
+  const callers = ["192.0.2.1", "10.0.0.1", "010.0.0.1", "2001:0db8:0000:0000::/64", "unix"];
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 5 }),
+      fc.array(
+        fc.tuple(
+          fc.integer({ min: 0, max: callers.length - 1 }),
+          // Mostly short gaps, sometimes a jump past the base-time move (2^30 ms), or a day.
+          fc.oneof(
+            fc.integer({ min: 0, max: 3_000 }),
+            fc.constantFrom(2 ** 30 - 1, 2 ** 30, 2 ** 30 + 1, 86_400_000),
+          ),
+          fc.boolean(),
+        ),
+        { maxLength: 200 },
+      ),
+      (limit, arrivals) => {
+        const windowMs = 10_000;
+        const s = store({ limit, windowMs });
+        const model = new Map<string, number[]>();
+        let now = T0;
+        for (const [index, gap, peekOnly] of arrivals) {
+          now += gap;
+          const key = callers[index]!;
+          const live = (model.get(key) ?? []).filter((t) => t > now - windowMs);
+          const resetSeconds = live.length === 0
+            ? 0
+            : Math.ceil((live[0]! + windowMs - now) / 1000);
+          if (peekOnly) {
+            assert.deepEqual(s.peek(key, now), {
+              allowed: live.length < limit,
+              remaining: Math.max(0, limit - live.length),
+              resetSeconds,
+            });
+            continue;
+          }
+          const allowed = live.length < limit;
+          if (allowed) live.push(now);
+          model.set(key, live);
+          assert.deepEqual(s.hit(key, now), {
+            allowed,
+            remaining: allowed ? limit - live.length : 0,
+            resetSeconds: Math.ceil((live[0]! + windowMs - now) / 1000),
+          });
+        }
+      },
+    ),
+    { numRuns: 300 },
   );
 });
