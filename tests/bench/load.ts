@@ -12,7 +12,11 @@
  * Usage (see `tests/bench/load.sh`, which installs wrk if it is missing):
  *   deno run --allow-run --allow-net=127.0.0.1 --allow-read --allow-env --allow-write=.bench \
  *     tests/bench/load.ts [--rounds 3] [--duration 5] [--connections 50] [--access-log off|on|both]
- *     [--explore] [--scenarios json,markdown,404,429]
+ *     [--explore] [--paired] [--scenarios json,markdown,404,429]
+ *
+ * `--paired` adds, after the interleaved rounds, rounds in which the service and each other server
+ * run at the same time on the server core (see below): a steadier ratio on a machine whose cores are
+ * shared with other work.
  *
  * Only 127.0.0.1 is ever targeted; every wrk run is bounded by `--duration`.
  *
@@ -33,6 +37,7 @@ const { values: args } = parseArgs({
     threads: { type: "string", default: "2" },
     "access-log": { type: "string", default: "off" },
     explore: { type: "boolean", default: false },
+    paired: { type: "boolean", default: false },
     scenarios: { type: "string", default: SCENARIOS.map((s) => s.name).join(",") },
     "server-cpu": { type: "string", default: "0" },
     "client-cpu": { type: "string", default: "1" },
@@ -160,6 +165,8 @@ async function wrk(
   port: number,
   scenario: typeof SCENARIOS[number],
   seconds: number,
+  threads = args.threads,
+  connections = args.connections,
 ): Promise<Run> {
   const pid = pidOf[port]!;
   const cpuBefore = await cpuSeconds(pid);
@@ -168,8 +175,8 @@ async function wrk(
       "-c",
       args["client-cpu"],
       "wrk",
-      `-t${args.threads}`,
-      `-c${args.connections}`,
+      `-t${threads}`,
+      `-c${connections}`,
       `-d${seconds}s`,
       "--timeout",
       "2s",
@@ -179,7 +186,7 @@ async function wrk(
       "--",
       String(scenario.callers),
       scenario.accept ?? "-",
-      args.threads,
+      threads,
     ],
     stdout: "piped",
     stderr: "piped",
@@ -268,6 +275,31 @@ for (let round = 0; round < rounds; round++) {
   }
   console.log(`round ${round + 1}/${rounds} done`);
 }
+
+// --paired: the service and one other server at the same time, both on the server core, each with
+// its own wrk (half the threads and connections) on the client core. Both are saturated, so the
+// scheduler gives each half the core, and the ratio of their throughputs is the ratio of their costs
+// per request, measured over the very same seconds: a burst of other work on the machine falls on
+// both alike. Latency means little here (the core is shared), so only the ratio is reported.
+const paired = new Map<string, number[]>();
+if (args.paired) {
+  const half = (n: string) => String(Math.max(1, Math.floor(Number(n) / 2)));
+  for (let round = 0; round < rounds; round++) {
+    for (const runs of plan) {
+      const service = runs[0]!;
+      for (const other of runs.slice(1)) {
+        const [mine, theirs] = await Promise.all([
+          wrk(service.port, service.scenario, duration, half(args.threads), half(args.connections)),
+          wrk(other.port, other.scenario, duration, half(args.threads), half(args.connections)),
+        ]);
+        const key = `${other.scenario.name}|${other.server}`;
+        if (!paired.has(key)) paired.set(key, []);
+        paired.get(key)!.push(mine.rps / theirs.rps);
+      }
+    }
+    console.log(`paired round ${round + 1}/${rounds} done`);
+  }
+}
 stopAll();
 
 const median = (xs: number[]) => {
@@ -303,6 +335,19 @@ for (const runs of plan) {
         spread(perRound((x, c) => x.rps / c.rps, bare), 3)
       } | ${spread(perRound((x, c) => x.rpsCpu / c.rpsCpu, ceiling), 3)} |`,
     );
+  }
+}
+if (args.paired) {
+  rows.push(
+    "",
+    `paired (${serviceNames[0]} and the other server at once, sharing the server core):`,
+    "",
+    "| scenario | against | service rps / its rps |",
+    "|---|---|---|",
+  );
+  for (const [key, ratios] of paired) {
+    const [name, server] = key.split("|");
+    rows.push(`| ${name} | ÷ ${server} | ${spread(ratios, 3)} |`);
   }
 }
 const report = rows.join("\n");

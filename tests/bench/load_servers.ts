@@ -123,19 +123,35 @@ if (Deno.args.includes("--explore")) {
     new Response(json.body, { status: json.status, headers: prebuiltHeaders });
   listeners["x-new-literal"] = () =>
     new Response(json.body, { status: json.status, headers: Object.fromEntries(json.headers) });
-  // The ceiling plus the reads any real service of this spec must make (the path for the route,
-  // Accept, Accept-Encoding, If-None-Match, the forwarded caller, the peer address), and nothing else:
-  // the part of the gap to the ceiling that no handler code can close.
+  // The ceiling plus the reads any real service of this spec must make (the method, the path for the
+  // route, Host, which RFC 9112 requires a server to check, Accept, Accept-Encoding, If-None-Match,
+  // the forwarded caller, the peer address), and nothing else: the part of the gap to the ceiling
+  // that no handler code can close.
   const readsOnly = cloning(json);
   listeners["x-ceiling-plus-reads"] = ((request: Request, info: Deno.ServeHandlerInfo) => {
     const headers = request.headers;
-    const seen = request.url.length + (headers.get("accept")?.length ?? 0) +
+    const seen = request.method.length + request.url.length + (headers.get("host")?.length ?? 0) +
+      (headers.get("accept")?.length ?? 0) +
       (headers.get("accept-encoding")?.length ?? 0) + (headers.get("if-none-match")?.length ?? 0) +
       (headers.get("x-forwarded-for")?.length ?? 0) +
       (info.remoteAddr as Deno.NetAddr).hostname.length;
     if (seen < 0) throw new Error("unreachable");
     return readsOnly();
   }) as Serve;
+  // The service's own handler with a limiter that decides nothing (every request admitted with the
+  // same fields): against the service, what the limiter's work among 262,144 callers costs.
+  const admitted = {
+    allowed: true,
+    remaining: config.rateLimit - 1,
+    resetSeconds: config.rateLimitWindowSeconds,
+  } as const;
+  const noLimiter = createHandler({
+    config,
+    content: contentResult.content,
+    store: { hit: () => admitted, peek: () => admitted, close: () => {} },
+  });
+  listeners["x-handler-no-limiter"] = ((request: Request, info: Deno.ServeHandlerInfo) =>
+    noLimiter(request, info)) as Serve;
   const prebuiltBytes = new Response(json.body, { status: json.status, headers: json.headers });
   listeners["x-clone-bytes-body"] = () => prebuiltBytes.clone();
 }
