@@ -138,6 +138,15 @@ if (Deno.args.includes("--explore")) {
     if (seen < 0) throw new Error("unreachable");
     return readsOnly();
   }) as Serve;
+  // Where the reads' cost comes from: asking for the request's headers at all, then one field.
+  listeners["x-headers-touched"] = ((request: Request) => {
+    if (request.headers === null) throw new Error("unreachable");
+    return readsOnly();
+  }) as Serve;
+  listeners["x-one-header-read"] = ((request: Request) => {
+    if ((request.headers.get("accept")?.length ?? 0) < 0) throw new Error("unreachable");
+    return readsOnly();
+  }) as Serve;
   // The service's own handler with a limiter that decides nothing (every request admitted with the
   // same fields): against the service, what the limiter's work among 262,144 callers costs.
   const admitted = {
