@@ -10,6 +10,7 @@
  */
 
 import type { ForwardedHeader } from "./config.ts";
+import { compactKey } from "./rate_limit.ts";
 
 /** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
 export type IpBytes = Uint8Array;
@@ -199,10 +200,6 @@ export function callerKey(
   return keyOfIp(forwardedClient(headers, bytes, options));
 }
 
-/** A dotted IPv4 address exactly as {@linkcode keyOfIp} writes it: no leading zeros, no spaces. */
-const CANONICAL_IPV4 =
-  /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
-
 /** Most peer addresses a {@linkcode createCallerKey} function remembers; beyond it it starts again. */
 const PEER_MEMO_LIMIT = 4096;
 
@@ -244,7 +241,8 @@ export function createCallerKey(
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
       // or not, and its key is itself.
       const value = headers.get("x-forwarded-for");
-      if (value !== null && CANONICAL_IPV4.test(value)) return value;
+      // compactKey gives a number exactly for a dotted IPv4 address as keyOfIp writes it.
+      if (value !== null && typeof compactKey(value) === "number") return value;
     }
     return callerKey(headers, info, options);
   };

@@ -70,8 +70,10 @@ export function resetSecondsOf(oldest: number, now: number, windowMs: number): n
 
 /**
  * The pure sliding-log decision over a caller's counted timestamps (ascending, all inside the window).
+ * Reset counts from the oldest request counted once this one is: `now` itself when the clock has
+ * stepped back behind `oldest`.
  *
- * @returns the decision; the caller appends `now` to its log when `allowed`
+ * @returns the decision; the caller adds `now` to its log when `allowed`
  */
 export function decide(
   count: number,
@@ -80,7 +82,7 @@ export function decide(
   policy: RateLimitPolicy,
 ): Decision {
   if (count < policy.limit) {
-    const first = oldest ?? now;
+    const first = oldest === undefined ? now : Math.min(oldest, now);
     return {
       allowed: true,
       remaining: policy.limit - count - 1,
@@ -96,7 +98,7 @@ export function decide(
 
 /**
  * The key a caller is held under in the in-memory store: a canonical dotted IPv4 address (no leading
- * zeros, as {@linkcode keyOfIp} writes it) as its 32-bit value, which V8 keeps as a small integer
+ * zeros, as `keyOfIp` in `caller.ts` writes it) as its 32-bit value, which V8 keeps as a small integer
  * (no string to hash, compare or keep alive); any other key as it is. Distinct strings get distinct
  * keys: only canonical addresses become numbers, and a number never equals a string in a `Map`.
  */
@@ -127,20 +129,32 @@ export function compactKey(key: string): number | string {
   return (value << 8) | part;
 }
 
-/** Offsets from the store's base time stay within V8's small integers (2^31) with room to spare. */
-const REBASE_AFTER_MS = 2 ** 30;
+/** Inserts `t` into the ascending `log` after every timestamp not above it. */
+function insertInOrder(log: number[], t: number): void {
+  let i = log.length;
+  while (i > 0 && log[i - 1]! > t) i--;
+  log.splice(i, 0, t);
+}
+
+/**
+ * How far `now` may drift from the store's base time before the base moves: integer offsets stay
+ * within V8's small integers (31 bits and a sign in Deno, which does not compress pointers).
+ */
+export const REBASE_AFTER_MS = 2 ** 30;
 
 /**
  * The in-memory store: one process, exact, bounded.
  *
  * Each caller holds its counted timestamps: a bare number for one request (the common case) or an
- * ascending array. With hundreds of thousands of callers, hashing key strings and the garbage
- * collector's work on them dominated the cost of a decision, so two representation choices keep a
- * caller with one request free of any heap object of its own: IPv4 callers are held under their
- * address as an integer ({@linkcode compactKey}), and timestamps are kept as milliseconds since a base
- * time, small integers that V8 stores unboxed in the map (the base moves forward every 2^30 ms, about
- * 12 days, in one pass over the map). A sweep every second walks part of the map so that the whole
- * map is visited about once per window, and forgets callers with nothing left in the window.
+ * array kept ascending (a request from a clock that stepped back is inserted in order). With
+ * hundreds of thousands of callers, hashing key strings and the garbage collector's work on them
+ * dominated the cost of a decision, so two representation choices keep a caller with one request
+ * free of any heap object of its own: IPv4 callers are held under their address as an integer
+ * ({@linkcode compactKey}), and timestamps are kept as milliseconds since a base time, small
+ * integers that V8 stores unboxed in the map. The base moves forward every 2^30 ms (about 12 days)
+ * in one pass over the map: a pause of up to about 0.2 s at 500,000 callers. A sweep every second
+ * walks part of the map so that the whole map is visited about once per window, and forgets callers
+ * with nothing left in the window.
  *
  * @example
  * ```ts
@@ -156,7 +170,7 @@ export class MemoryStore implements RateLimitStore {
   readonly #onCapacity: ((tracked: number) => void) | undefined;
   /** Caller -> counted timestamps, as offsets from `#base`. */
   readonly #log = new Map<number | string, number | number[]>();
-  /** The time offsets count from; set by the first call, moved by {@linkcode MemoryStore.#rebase}. */
+  /** The time offsets count from: set by the first call, moved forward by `#rebase`. */
   #base = Number.NaN;
   #cursor: MapIterator<[number | string, number | number[]]> | undefined;
   #evictCursor: MapIterator<number | string> | undefined;
@@ -195,7 +209,7 @@ export class MemoryStore implements RateLimitStore {
         return decide(0, undefined, t, this.#policy);
       }
       const decision = decide(1, entry, t, this.#policy);
-      if (decision.allowed) this.#log.set(id, [entry, t]);
+      if (decision.allowed) this.#log.set(id, t < entry ? [t, entry] : [entry, t]);
       return decision;
     }
     let expired = 0;
@@ -204,7 +218,8 @@ export class MemoryStore implements RateLimitStore {
     const decision = decide(entry.length, entry[0], t, this.#policy);
     if (decision.allowed) {
       if (entry.length === 0) this.#log.set(id, t);
-      else entry.push(t);
+      else if (t >= entry[entry.length - 1]!) entry.push(t);
+      else insertInOrder(entry, t); // the clock stepped back: the log stays ascending
     } else if (entry.length > limit) {
       // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
       entry.splice(0, entry.length - limit);
@@ -262,6 +277,8 @@ export class MemoryStore implements RateLimitStore {
    * has drifted 2^30 ms from it: offsets then stay small integers. Exact either way; only faster.
    */
   #offset(now: number): number {
+    // One NaN would become every caller's timestamps at the next move of the base.
+    if (!Number.isFinite(now)) throw new RangeError(`rate-limit time must be finite, got ${now}`);
     const t = now - this.#base;
     if (t < REBASE_AFTER_MS && t > -REBASE_AFTER_MS) return t;
     this.#rebase(now);

@@ -13,6 +13,7 @@ import {
   MemoryStore,
   policyHeader,
   type RateLimitPolicy,
+  REBASE_AFTER_MS,
   resetSecondsOf,
   setRateLimitHeaders,
 } from "../lib/rate_limit.ts";
@@ -255,51 +256,68 @@ Deno.test("compactKey() holds canonical IPv4 addresses as their 32-bit value and
   }
 });
 
-Deno.test("property: compactKey() gives distinct strings distinct keys, and numbers only to canonical IPv4", () => {
-  const octet = fc.integer({ min: 0, max: 255 });
-  const ipv4 = fc.tuple(octet, octet, octet, octet).map((o) => o.join("."));
-  const near = fc.stringMatching(/^[0-9.]{0,16}$/);
-  const key = fc.oneof(ipv4, near, fc.string());
+Deno.test("property: compactKey() gives a number exactly for a canonical dotted IPv4 address, and back", () => {
+  // The reference: four decimal octets 0-255 without leading zeros.
+  const canonical =
+    /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+  const octet = fc.oneof(
+    fc.integer({ min: 0, max: 255 }).map(String),
+    fc.integer({ min: 0, max: 99 }).map((o) => `0${o}`), // leading zero
+    fc.integer({ min: 256, max: 999 }).map(String), // out of range
+    fc.constantFrom("", "1234", " 1", "1a", "-1"),
+  );
+  const dotted = fc.array(octet, { minLength: 2, maxLength: 5 }).map((o) => o.join("."));
   fc.assert(
-    fc.property(key, key, (a, b) => {
-      const ka = compactKey(a);
-      if (typeof ka === "number") {
-        // Back from the number to the very same string: the mapping is one to one.
-        const back = [ka >>> 24, (ka >>> 16) & 255, (ka >>> 8) & 255, ka & 255].join(".");
-        assert.equal(back, a);
+    fc.property(fc.oneof(dotted, fc.string()), (text) => {
+      const key = compactKey(text);
+      assert.equal(typeof key === "number", canonical.test(text), text);
+      if (typeof key === "number") {
+        // Back from the number to the very same string: no two addresses share a key.
+        const back = [key >>> 24, (key >>> 16) & 255, (key >>> 8) & 255, key & 255].join(".");
+        assert.equal(back, text);
       } else {
-        assert.equal(ka, a);
+        assert.equal(key, text); // any other key is itself, so distinct strings stay distinct
       }
-      if (a !== b) assert.notEqual(ka, compactKey(b));
     }),
-    { numRuns: 2000 },
+    { numRuns: 5000 },
   );
 });
 
-Deno.test("a caller counted just before the store moves its base time is still counted after", () => {
+Deno.test("callers counted before the store moves its base time are still counted after", () => {
   const s = store({ limit: 3, windowMs: 60_000 });
-  s.hit("192.0.2.1", T0); // sets the base time
-  const late = T0 + 2 ** 30 - 10; // the last offset before the base moves
-  assert.deepEqual(s.hit("192.0.2.1", late), { allowed: true, remaining: 2, resetSeconds: 60 });
-  assert.deepEqual(s.hit("other", late - 5_000), { allowed: true, remaining: 2, resetSeconds: 60 });
-  // 20 ms later the base moves: both callers keep their counts and their reset.
-  const after = late + 20;
-  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 1, resetSeconds: 60 });
-  assert.deepEqual(s.peek("other", after + 5_000), {
+  s.hit("192.0.2.1", T0); // the first call sets the base time to T0
+  const late = T0 + REBASE_AFTER_MS - 30; // still within the base's range
+  s.hit("192.0.2.1", late);
+  assert.deepEqual(s.hit("192.0.2.1", late + 10), {
     allowed: true,
-    remaining: 2,
-    resetSeconds: 50, // counted at late - 5 s, so it leaves at late + 55 s
-  });
-  assert.deepEqual(s.hit("192.0.2.1", after + 1), {
-    allowed: true,
-    remaining: 0,
+    remaining: 1,
     resetSeconds: 60,
   });
-  assert.equal(s.hit("192.0.2.1", after + 2).allowed, false);
-  assert.equal(s.hit("192.0.2.1", late + 60_000).allowed, true); // the first one has left
+  assert.deepEqual(s.hit("other", late - 5_000), { allowed: true, remaining: 2, resetSeconds: 60 });
+  // T0 + REBASE_AFTER_MS + 10 is past the range: this call moves the base. The IPv4 caller holds
+  // an array of two timestamps, "other" a single one: both keep their counts and their reset.
+  const after = T0 + REBASE_AFTER_MS + 10;
+  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 0, resetSeconds: 60 });
+  assert.equal(s.hit("192.0.2.1", after + 1).allowed, false);
+  assert.deepEqual(s.peek("other", after), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 55, // counted 5,040 ms before `after`, so it leaves 54.96 s after it
+  });
+  assert.equal(s.hit("192.0.2.1", late + 60_000).allowed, true); // the first of them has left
 });
 
-Deno.test("property: the store decides as a plain sliding log would, across IPv4 and other keys and long gaps", () => {
+Deno.test("the store refuses a time that is not finite rather than spoil every caller", () => {
+  const s = store();
+  s.hit("192.0.2.1", T0);
+  for (const bad of [Number.NaN, Infinity, -Infinity]) {
+    assert.throws(() => s.hit("x", bad), RangeError);
+    assert.throws(() => s.peek("x", bad), RangeError);
+  }
+  assert.deepEqual(s.hit("192.0.2.1", T0 + 1), { allowed: true, remaining: 58, resetSeconds: 60 });
+});
+
+Deno.test("property: the store decides as a plain sliding log would, across keys, sweeps, long gaps and clock steps back", () => {
   const callers = ["192.0.2.1", "10.0.0.1", "010.0.0.1", "2001:0db8:0000:0000::/64", "unix"];
   fc.assert(
     fc.property(
@@ -307,12 +325,15 @@ Deno.test("property: the store decides as a plain sliding log would, across IPv4
       fc.array(
         fc.tuple(
           fc.integer({ min: 0, max: callers.length - 1 }),
-          // Mostly short gaps, sometimes a jump past the base-time move (2^30 ms), or a day.
+          // Mostly short gaps, some fractional, some back in time (a clock stepped back), sometimes
+          // a jump past the base-time move (2^30 ms) or a day.
           fc.oneof(
             fc.integer({ min: 0, max: 3_000 }),
+            fc.integer({ min: -12_000, max: -1 }),
+            fc.double({ min: 0, max: 3_000, noNaN: true }),
             fc.constantFrom(2 ** 30 - 1, 2 ** 30, 2 ** 30 + 1, 86_400_000),
           ),
-          fc.boolean(),
+          fc.constantFrom("hit", "peek", "sweep"),
         ),
         { maxLength: 200 },
       ),
@@ -321,14 +342,20 @@ Deno.test("property: the store decides as a plain sliding log would, across IPv4
         const s = store({ limit, windowMs });
         const model = new Map<string, number[]>();
         let now = T0;
-        for (const [index, gap, peekOnly] of arrivals) {
+        for (const [index, gap, action] of arrivals) {
           now += gap;
           const key = callers[index]!;
-          const live = (model.get(key) ?? []).filter((t) => t > now - windowMs);
+          if (action === "sweep") {
+            s.sweep(now, 2); // forgets only callers with nothing left: no decision may change
+            continue;
+          }
+          const live = (model.get(key) ?? []).filter((t) => t > now - windowMs).sort((a, b) =>
+            a - b
+          );
           const resetSeconds = live.length === 0
             ? 0
             : Math.ceil((live[0]! + windowMs - now) / 1000);
-          if (peekOnly) {
+          if (action === "peek") {
             assert.deepEqual(s.peek(key, now), {
               allowed: live.length < limit,
               remaining: Math.max(0, limit - live.length),
@@ -338,6 +365,7 @@ Deno.test("property: the store decides as a plain sliding log would, across IPv4
           }
           const allowed = live.length < limit;
           if (allowed) live.push(now);
+          live.sort((a, b) => a - b);
           model.set(key, live);
           assert.deepEqual(s.hit(key, now), {
             allowed,
