@@ -143,6 +143,8 @@ const serviceNames = Object.keys(targets);
 
 interface Run {
   rps: number;
+  /** CPU seconds the server's process used during the run. */
+  cpu: number;
   /** Requests per second of server CPU time (user + system): what contention on the machine cannot skew. */
   rpsCpu: number;
   p50: number;
@@ -198,6 +200,7 @@ async function wrk(
   const cpu = await cpuSeconds(pid) - cpuBefore;
   return {
     rps: r.requests / (r.duration_us / 1e6),
+    cpu,
     rpsCpu: r.requests / cpu,
     p50: r.p50_us / 1000,
     p99: r.p99_us / 1000,
@@ -250,9 +253,14 @@ for (const scenario of scenarios) {
   plan.push(servers.map((s) => ({ scenario, ...s })));
 }
 const runsPerRound = plan.reduce((n, p) => n + p.length, 0);
+const pairsPerRound = args.paired ? runsPerRound - plan.length : 0;
 console.log(
-  `load benchmark: ${rounds} rounds x ${runsPerRound} runs x ${duration} s ≈ ${
-    Math.ceil((rounds * runsPerRound * (duration + 0.5) + runsPerRound * 2) / 60)
+  `load benchmark: ${rounds} rounds x ${runsPerRound} runs${
+    pairsPerRound ? ` (+ ${pairsPerRound} paired)` : ""
+  } x ${duration} s ≈ ${
+    Math.ceil(
+      (rounds * (runsPerRound + pairsPerRound) * (duration + 0.5) + runsPerRound * 2) / 60,
+    )
   } min; wrk -t${args.threads} -c${args.connections} on cpu ${args["client-cpu"]}, servers on cpu ${
     args["server-cpu"]
   }`,
@@ -281,20 +289,37 @@ for (let round = 0; round < rounds; round++) {
 // scheduler gives each half the core, and the ratio of their throughputs is the ratio of their costs
 // per request, measured over the very same seconds: a burst of other work on the machine falls on
 // both alike. Latency means little here (the core is shared), so only the ratio is reported.
-const paired = new Map<string, number[]>();
+interface Pair {
+  /** Service rps / the other server's rps, over the same seconds. */
+  ratio: number;
+  /** The same per CPU second of each process: it holds even if the core was not shared evenly. */
+  ratioCpu: number;
+  /** The service's share of the CPU time the two used. */
+  share: number;
+  /** Socket errors (connect, read, write, timeout) of both wrk runs. */
+  errors: number;
+}
+const paired = new Map<string, Pair[]>();
 if (args.paired) {
   const half = (n: string) => String(Math.max(1, Math.floor(Number(n) / 2)));
   for (let round = 0; round < rounds; round++) {
     for (const runs of plan) {
       const service = runs[0]!;
       for (const other of runs.slice(1)) {
-        const [mine, theirs] = await Promise.all([
-          wrk(service.port, service.scenario, duration, half(args.threads), half(args.connections)),
-          wrk(other.port, other.scenario, duration, half(args.threads), half(args.connections)),
-        ]);
+        const load = (r: typeof service) =>
+          wrk(r.port, r.scenario, duration, half(args.threads), half(args.connections));
+        // Alternate which wrk starts first.
+        const [mine, theirs] = round % 2 === 0
+          ? await Promise.all([load(service), load(other)])
+          : (await Promise.all([load(other), load(service)])).reverse() as [Run, Run];
         const key = `${other.scenario.name}|${other.server}`;
         if (!paired.has(key)) paired.set(key, []);
-        paired.get(key)!.push(mine.rps / theirs.rps);
+        paired.get(key)!.push({
+          ratio: mine.rps / theirs.rps,
+          ratioCpu: mine.rpsCpu / theirs.rpsCpu,
+          share: mine.cpu / (mine.cpu + theirs.cpu),
+          errors: mine.errors + theirs.errors,
+        });
       }
     }
     console.log(`paired round ${round + 1}/${rounds} done`);
@@ -342,12 +367,17 @@ if (args.paired) {
     "",
     `paired (${serviceNames[0]} and the other server at once, sharing the server core):`,
     "",
-    "| scenario | against | service rps / its rps |",
-    "|---|---|---|",
+    "| scenario | against | service rps / its rps | the same per CPU second | service's CPU share |",
+    "|---|---|---|---|---|",
   );
-  for (const [key, ratios] of paired) {
+  for (const [key, pairs] of paired) {
     const [name, server] = key.split("|");
-    rows.push(`| ${name} | ÷ ${server} | ${spread(ratios, 3)} |`);
+    const errors = pairs.reduce((n, p) => n + p.errors, 0);
+    rows.push(
+      `| ${name} | ÷ ${server}${errors ? ` (${errors} socket errors)` : ""} | ${
+        spread(pairs.map((p) => p.ratio), 3)
+      } | ${spread(pairs.map((p) => p.ratioCpu), 3)} | ${spread(pairs.map((p) => p.share), 2)} |`,
+    );
   }
 }
 const report = rows.join("\n");
@@ -359,7 +389,11 @@ await Deno.mkdir(`${root}/.bench`, { recursive: true });
 const stamp = new Date().toISOString().replace(/[:.]/g, "-");
 await Deno.writeTextFile(
   `${root}/.bench/load-${stamp}.json`,
-  JSON.stringify({ args, results: Object.fromEntries(results) }, null, 2),
+  JSON.stringify(
+    { args, results: Object.fromEntries(results), paired: Object.fromEntries(paired) },
+    null,
+    2,
+  ),
 );
 await Deno.writeTextFile(`${root}/.bench/load-${stamp}.md`, report + "\n");
 Deno.exit(0);

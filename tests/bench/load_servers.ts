@@ -147,17 +147,20 @@ if (Deno.args.includes("--explore")) {
     if ((request.headers.get("accept")?.length ?? 0) < 0) throw new Error("unreachable");
     return readsOnly();
   }) as Serve;
-  // The service's own handler with a limiter that decides nothing (every request admitted with the
-  // same fields): against the service, what the limiter's work among 262,144 callers costs.
-  const admitted = {
+  // The service's own handler with a limiter that does no work: it hands out the decisions a
+  // caller's first to last admitted request gets, in turn, so that the response cache holds as many
+  // entries as under the real limiter. Against the service: what the limiter's look-up costs.
+  const decisions = Array.from({ length: config.rateLimit }, (_, i) => ({
     allowed: true,
-    remaining: config.rateLimit - 1,
+    remaining: config.rateLimit - 1 - i,
     resetSeconds: config.rateLimitWindowSeconds,
-  } as const;
+  }));
+  let turn = 0;
+  const next = () => decisions[turn++ % decisions.length]!;
   const noLimiter = createHandler({
     config,
     content: contentResult.content,
-    store: { hit: () => admitted, peek: () => admitted, close: () => {} },
+    store: { hit: next, peek: next, close: () => {} },
   });
   listeners["x-handler-no-limiter"] = ((request: Request, info: Deno.ServeHandlerInfo) =>
     noLimiter(request, info)) as Serve;

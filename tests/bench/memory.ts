@@ -92,6 +92,30 @@ const CASES: Record<string, Case> = {
   "store-1m": storeCase(1_000_000),
   // IPv6 callers are keyed by their /64 as a string: the store keeps the string.
   "store-1m-ipv6": storeCase(1_000_000, network, " (IPv6 /64 keys)"),
+  // The most a caller can hold: 10,000 callers with `limit` (60) requests each in the window.
+  "store-full": () => {
+    const before = measure();
+    const store = new MemoryStore(POLICY, { sweep: false });
+    const callers = 10_000;
+    const started = performance.now();
+    for (let r = 0; r < POLICY.limit; r++) {
+      for (let i = 0; i < callers; i++) store.hit(address(i), T0 + r * 100);
+    }
+    const ms = performance.now() - started;
+    const after = measure();
+    const tracked = store.stats().tracked;
+    const refused = store.hit(address(0), T0 + POLICY.limit * 100).allowed ? 0 : 1;
+    store.close();
+    return [{
+      name: `MemoryStore, ${POLICY.limit} requests each (at the limit)`,
+      sent: callers * POLICY.limit,
+      tracked,
+      before,
+      after,
+      ms,
+      note: `next request refused: ${refused === 1}`,
+    }];
+  },
   // 1,000,000 callers into a store capped at 100,000 (RATE_LIMIT_MAX_CALLERS=100000).
   cap: () => {
     const cap = 100_000;
