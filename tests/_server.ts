@@ -27,6 +27,22 @@ export const RATE_LIMIT_FIELDS: readonly string[] = [
   "ratelimit-reset",
 ];
 
+/**
+ * The fields DESIGN.md requires CORS to expose (`Access-Control-Expose-Headers`), which the API
+ * reference must also document: every rate-limit field, `Retry-After`, `Link`, `Deprecation`, `Sunset`.
+ */
+export const EXPOSED_FIELDS: readonly string[] = [
+  "RateLimit",
+  "RateLimit-Policy",
+  "RateLimit-Limit",
+  "RateLimit-Remaining",
+  "RateLimit-Reset",
+  "Retry-After",
+  "Link",
+  "Deprecation",
+  "Sunset",
+];
+
 /** The public base URL tests configure by default: deliberately not the server's own address. */
 export const TEST_BASE_URL = "https://discovery.example.test";
 

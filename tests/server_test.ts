@@ -17,6 +17,7 @@ import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import {
   type EnvRecord,
+  EXPOSED_FIELDS,
   RATE_LIMIT_FIELDS,
   rawRequest,
   type RawResponse,
@@ -44,17 +45,6 @@ const NEGOTIATED_VARY = "Accept, Accept-Encoding";
 const ENCODING_VARY = "Accept-Encoding";
 const BROWSER_ACCEPT =
   "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8";
-const EXPOSED = [
-  "RateLimit",
-  "RateLimit-Policy",
-  "RateLimit-Limit",
-  "RateLimit-Remaining",
-  "RateLimit-Reset",
-  "Retry-After",
-  "Link",
-  "Deprecation",
-  "Sunset",
-];
 /** Fields whose values legitimately differ between two requests for the same thing. */
 const PER_REQUEST_FIELDS = new Set(["date", "connection", ...RATE_LIMIT_FIELDS]);
 
@@ -212,7 +202,7 @@ function assertEveryResponseInvariants(response: RawResponse, server: TestServer
   assert.equal(h.get("x-content-type-options"), "nosniff", `${what}: nosniff`);
   assert.equal(h.get("access-control-allow-origin"), "*", `${what}: CORS origin`);
   const exposed = (h.get("access-control-expose-headers") ?? "").split(",").map((s) => s.trim());
-  for (const name of EXPOSED) assert.ok(exposed.includes(name), `${what}: exposes ${name}`);
+  for (const name of EXPOSED_FIELDS) assert.ok(exposed.includes(name), `${what}: exposes ${name}`);
   for (const name of RATE_LIMIT_FIELDS) assert.ok(h.has(name), `${what}: ${name} present`);
   const { rateLimit, rateLimitWindowSeconds } = server.config;
   assert.equal(h.get("ratelimit-policy"), `"default";q=${rateLimit};w=${rateLimitWindowSeconds}`);
