@@ -76,12 +76,15 @@ export function explainKvError(error: unknown, path: string | undefined): string
     reason =
       `its folder ${dir} does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder`;
   } else if (
-    error instanceof Deno.errors.PermissionDenied || /readonly|read-only/i.test(messageOf(error))
+    error instanceof Deno.errors.PermissionDenied ||
+    /unable to open database file|readonly|read-only/i.test(messageOf(error))
   ) {
+    // SQLite says only that it could not open or create the file; the folder exists, so it is the
+    // folder's or the file's permissions (or a read-only file system).
     reason =
-      `this user may not read and write it, so give the service's user read and write access to ${
+      `the database cannot be created or written there, so give the service's user read and write access to ${
         dir ?? "it"
-      }`;
+      } (on a writable file system)`;
   } else {
     reason = `${messageOf(error)}, so check KV_PATH`;
   }
