@@ -71,7 +71,7 @@ export function explainKvError(error: unknown, path: string | undefined): string
   if (error instanceof Deno.errors.NotCapable) {
     reason = dir === undefined
       ? `this process may not open it, so grant the access it asks for (${messageOf(error)})`
-      : `this process may not read and write ${dir}, so start it with deno task start:kv, which grants read and write access to that folder only`;
+      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only)`;
   } else if (dir !== undefined && !isDirectory(dir)) {
     reason =
       `its folder ${dir} does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder`;
