@@ -20,6 +20,8 @@ import {
 } from "./lib/config.ts";
 import { loadContent } from "./lib/content.ts";
 import { openRateLimitStore } from "./lib/rate_limit_store.ts";
+import { createDrain, DRAIN_MS, type ServeEvent, serveResilient } from "./lib/serve.ts";
+import { explainKvError, explainListenError, explainStartupError } from "./lib/startup.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
 function event(
@@ -35,7 +37,25 @@ function fatal(errors: string[]): never {
   Deno.exit(1);
 }
 
-const loaded = loadConfig(denoEnv());
+/** Prints one sentence and exits 1: start-up failures are the operator's, not a stack trace. */
+function fatalSentence(sentence: string): never {
+  console.error(sentence);
+  Deno.exit(1);
+}
+
+// Anything thrown while starting that no check below explains still ends in one sentence.
+function onStartupRejection(event: PromiseRejectionEvent): void {
+  event.preventDefault();
+  fatalSentence(explainStartupError(event.reason));
+}
+globalThis.addEventListener("unhandledrejection", onStartupRejection);
+
+let loaded: ReturnType<typeof loadConfig>;
+try {
+  loaded = loadConfig(denoEnv());
+} catch (error) {
+  fatalSentence(explainStartupError(error));
+}
 if (!loaded.ok) fatal(loaded.errors);
 const config = loaded.config;
 
@@ -61,7 +81,13 @@ const store = await openRateLimitStore(config, {
         store: config.rateLimitStore,
         ...incident,
       }),
-});
+}).catch((error) =>
+  fatalSentence(
+    config.rateLimitStore === "kv"
+      ? explainKvError(error, config.kvPath)
+      : explainStartupError(error),
+  )
+);
 
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
@@ -113,25 +139,16 @@ if (!listen) {
 }
 
 if (listen) {
-  let server: Deno.HttpServer<Deno.NetAddr>;
+  const drain = createDrain();
+  let server: ReturnType<typeof serveResilient>;
   try {
-    server = Deno.serve({
-      port: config.port,
+    server = serveResilient(drain.wrap(fetch), {
       hostname: config.hostname,
-      onListen: ({ hostname, port }) =>
-        event("info", "listening", {
-          address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
-          baseUrl: config.baseUrl,
-        }),
-    }, fetch);
+      port: config.port,
+      onEvent: logServeEvent,
+    });
   } catch (error) {
-    // A taken port or a port this user may not bind is an operator's problem, not a stack trace.
-    console.error(
-      `Cannot listen on ${config.hostname}:${config.port}: ${
-        error instanceof Error ? error.message : String(error)
-      }; nothing is served.`,
-    );
-    Deno.exit(1);
+    fatalSentence(explainListenError(error, config));
   }
 
   let stopping = false;
@@ -139,6 +156,10 @@ if (listen) {
     if (stopping) return;
     stopping = true;
     event("info", "shutting down: finishing requests in flight", { signal });
+    // Keep answering for a moment with Connection: close, so that busy keep-alive clients learn to
+    // stop reusing their connection before it is closed under them.
+    drain.close();
+    await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
     await server.shutdown();
     accessLog?.flush();
     await store.close();
@@ -150,5 +171,29 @@ if (listen) {
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => void stop(signal));
   }
+  globalThis.removeEventListener("unhandledrejection", onStartupRejection);
   await server.finished;
+}
+globalThis.removeEventListener("unhandledrejection", onStartupRejection);
+
+/** Writes the listener's events: where it listens, and each accept incident once. */
+function logServeEvent(serveEvent: ServeEvent): void {
+  if (serveEvent.kind === "listening") {
+    const { hostname, port } = serveEvent.addr;
+    event("info", "listening", {
+      address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
+      baseUrl: config.baseUrl,
+    });
+  } else if (serveEvent.kind === "accept_failed") {
+    event(
+      "warn",
+      "accepting connections failed: serving the open ones and listening again when possible",
+      { error: serveEvent.error },
+    );
+  } else {
+    event("info", "accepting connections again", {
+      downMs: serveEvent.downMs,
+      attempts: serveEvent.attempts,
+    });
+  }
 }

@@ -180,11 +180,14 @@ export function loadConfig(env: Env): ConfigResult {
   }
   const redisUrl = read("REDIS_URL");
   if (redisUrl !== undefined) {
-    const protocol = URL.parse(redisUrl)?.protocol;
-    if (protocol !== "redis:" && protocol !== "rediss:") {
+    const url = URL.parse(redisUrl);
+    if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
       errors.push(
         `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
       );
+    } else {
+      const problem = redisUrlProblem(url);
+      if (problem) errors.push(`REDIS_URL ${problem}, got ${JSON.stringify(redacted(redisUrl))}`);
     }
   } else if (rateLimitStore === "redis") {
     errors.push("REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)");
@@ -275,6 +278,20 @@ export function formatConfigErrors(errors: readonly string[]): string {
   return `Configuration is invalid (${errors.length} problem${
     errors.length === 1 ? "" : "s"
   }); nothing is served:\n${errors.map((e) => `  - ${e}`).join("\n")}`;
+}
+
+/** What the Redis client would refuse in a redis:// URL: a path that is not a database number, bad escapes. */
+function redisUrlProblem(url: URL): string | undefined {
+  if (!/^\/?(\d+)?$/.test(url.pathname)) {
+    return "may name a database number as its path (redis://host:6379/0) and nothing else";
+  }
+  try {
+    decodeURIComponent(url.username);
+    decodeURIComponent(url.password);
+  } catch {
+    return "has a user name or password with a malformed %-escape";
+  }
+  return undefined;
 }
 
 function integer(

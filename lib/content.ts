@@ -173,6 +173,12 @@ export function summaryOf(markdown: string): string | undefined {
   return undefined;
 }
 
+function unreadableDirMessage(dir: string, error: Error): string {
+  return error instanceof Deno.errors.NotCapable
+    ? `static/ (${dir}) may not be read by this process: grant --allow-read for that folder (deno task start does)`
+    : `static/ (${dir}) is not readable by this user: give the service's user read access to that folder`;
+}
+
 /**
  * Reads, fills and renders everything under `dir`.
  *
@@ -200,6 +206,12 @@ export function loadContent(
     try {
       raw = read(join(dir, name));
     } catch (error) {
+      if (
+        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied
+      ) {
+        // One sentence for the folder rather than one per file: the fix is the same for all.
+        return { ok: false, errors: [unreadableDirMessage(dir, error)] };
+      }
       errors.push(
         `static/${name} could not be read: ${
           error instanceof Error ? error.message : String(error)

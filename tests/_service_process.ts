@@ -10,6 +10,12 @@ const ROOT = new URL("..", import.meta.url);
 const MAIN = new URL("main.ts", ROOT).pathname;
 const CONFIG = new URL("deno.json", ROOT).pathname;
 
+/** Options of {@linkcode startService}. */
+export interface StartOptions {
+  /** The process's open-file limit (`ulimit -n`), when it must be lower than the test's. */
+  descriptorLimit?: number;
+}
+
 /** A running service process. */
 export interface ServiceProcess {
   /** `http://127.0.0.1:<port>`. */
@@ -18,6 +24,10 @@ export interface ServiceProcess {
   events: Record<string, unknown>[];
   /** Sends SIGTERM and waits for it to exit. */
   stop(): Promise<void>;
+  /** Sends `signal` without waiting. */
+  kill(signal: Deno.Signal): void;
+  /** Settles with the exit code when the process has exited. */
+  exited: Promise<number>;
 }
 
 /**
@@ -27,9 +37,17 @@ export interface ServiceProcess {
 export async function startService(
   env: Record<string, string>,
   timeoutMs = 20_000,
+  options: StartOptions = {},
 ): Promise<ServiceProcess> {
-  const child = new Deno.Command(Deno.execPath(), {
+  // `ulimit -n` in a shell that then becomes the service: Deno has no setrlimit of its own.
+  const limit = options.descriptorLimit;
+  const command = limit === undefined ? Deno.execPath() : "sh";
+  const prefix = limit === undefined
+    ? []
+    : ["-c", `ulimit -n ${limit} && exec "$0" "$@"`, Deno.execPath()];
+  const child = new Deno.Command(command, {
     args: [
+      ...prefix,
       "run",
       "--config",
       CONFIG,
@@ -99,6 +117,8 @@ export async function startService(
   return {
     url,
     events,
+    kill: (signal) => child.kill(signal),
+    exited: child.status.then((status) => status.code),
     async stop() {
       try {
         child.kill("SIGTERM");

@@ -168,3 +168,16 @@ Deno.test("loadConfig() checks HOSTNAME and never echoes a password from PUBLIC_
   assert.match(message!, /must not carry credentials/);
   assert.ok(!message!.includes("hunter2"));
 });
+
+Deno.test("loadConfig() refuses a REDIS_URL the Redis client would throw on, without echoing its password", () => {
+  const redis = { RATE_LIMIT_STORE: "redis" } as const;
+  assert.deepEqual(errorsOf({ ...redis, REDIS_URL: "redis://:secret@127.0.0.1:6379/limits" }), [
+    'REDIS_URL may name a database number as its path (redis://host:6379/0) and nothing else, got "redis://:***@127.0.0.1:6379/limits"',
+  ]);
+  assert.deepEqual(errorsOf({ ...redis, REDIS_URL: "redis://user%zz@127.0.0.1:6379" }), [
+    'REDIS_URL has a user name or password with a malformed %-escape, got "redis://user%zz@127.0.0.1:6379"',
+  ]);
+  for (const url of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "rediss://h:6380/3"]) {
+    assert.equal(configOf({ ...redis, REDIS_URL: url }).redisUrl, url);
+  }
+});

@@ -16,9 +16,10 @@ const PERMISSIONS = ["--allow-net", "--allow-env", `--allow-read=${join(ROOT, "s
 /** Runs `main.ts --listen` to completion with `env`, for start-up failures. */
 async function runMain(
   env: Record<string, string>,
+  permissions: readonly string[] = PERMISSIONS,
 ): Promise<{ code: number; stdout: Uint8Array; stderr: string }> {
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...PERMISSIONS, MAIN, "--listen"],
+    args: ["run", "--config", join(ROOT, "deno.json"), ...permissions, MAIN, "--listen"],
     env: { NO_COLOR: "1", ...env },
     stdout: "piped",
     stderr: "piped",
@@ -179,7 +180,7 @@ Deno.test("main.ts --listen on a taken port says so in one line and exits 1", as
     assert.match(
       stderr,
       new RegExp(
-        `^Cannot listen on 127\\.0\\.0\\.1:${taken.addr.port}: .*; nothing is served\\.\\n$`,
+        `^Cannot listen on 127\\.0\\.0\\.1:${taken.addr.port}: PORT ${taken.addr.port} is already in use, so stop the process holding it or set PORT to a free port; nothing is served\\.\\n$`,
       ),
     );
   } finally {
@@ -218,6 +219,130 @@ Deno.test("under deno serve, SIGTERM still writes the access-log lines waiting i
     try {
       process.kill("SIGKILL");
     } catch { /* already exited */ }
+    await process.status;
+  }
+});
+
+/** Asserts a start-up failure: exit 1, nothing on stdout, one line on stderr matching `sentence`. */
+function assertOneSentence(
+  output: { code: number; stdout: Uint8Array; stderr: string },
+  sentence: RegExp,
+): void {
+  assert.equal(output.code, 1, output.stderr);
+  assert.equal(output.stdout.length, 0);
+  assert.equal(output.stderr.trimEnd().split("\n").length, 1, output.stderr);
+  assert.doesNotMatch(output.stderr, /^\s+at /m);
+  assert.match(output.stderr, sentence);
+}
+
+const BASE = { PORT: "0", HOSTNAME: "127.0.0.1", PUBLIC_BASE_URL: "http://127.0.0.1" };
+const WIDE = ["--allow-net", "--allow-env", "--allow-read", "--allow-write"];
+
+Deno.test("start-up failures are one sentence naming the variable or permission and the fix, exit 1", async (t) => {
+  const dir = Deno.makeTempDirSync();
+  const cases: {
+    name: string;
+    env: Record<string, string>;
+    permissions?: string[];
+    sentence: RegExp;
+  }[] = [
+    {
+      name: "KV_PATH outside what the start task may read and write",
+      env: { RATE_LIMIT_STORE: "kv", KV_PATH: join(dir, "limits.sqlite") },
+      sentence:
+        /^Cannot open KV_PATH .*limits\.sqlite: this process may not read and write .*, so grant --allow-read and --allow-write for that folder \(deno task start:kv grants them for that folder only\); nothing is served\.$/m,
+    },
+    {
+      name: "KV_PATH readable but not writable for the process",
+      env: { RATE_LIMIT_STORE: "kv", KV_PATH: join(dir, "limits.sqlite") },
+      permissions: ["--allow-net", "--allow-env", `--allow-read=${join(ROOT, "static")},${dir}`],
+      sentence:
+        /^Cannot open KV_PATH .*: this process may not read and write .*deno task start:kv/m,
+    },
+    {
+      name: "KV_PATH in a missing folder",
+      env: { RATE_LIMIT_STORE: "kv", KV_PATH: join(dir, "missing", "limits.sqlite") },
+      permissions: WIDE,
+      sentence:
+        /^Cannot open KV_PATH .*: its folder .*missing does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder; nothing is served\.$/m,
+    },
+    {
+      name: "KV_PATH in a folder where the file cannot be created",
+      // Read-only for everyone, root included: a folder of /proc.
+      env: { RATE_LIMIT_STORE: "kv", KV_PATH: "/proc/limits.sqlite" },
+      // Deno asks for --allow-all before it lets a process write under /proc.
+      permissions: ["--allow-all"],
+      sentence:
+        /^Cannot open KV_PATH \/proc\/limits\.sqlite: the database cannot be created or written there, so give the service's user read and write access to \/proc/m,
+    },
+    {
+      name: "a REDIS_URL the Redis client cannot use",
+      env: { RATE_LIMIT_STORE: "redis", REDIS_URL: "redis://127.0.0.1:6379/limits" },
+      sentence: /REDIS_URL may name a database number as its path/,
+    },
+    {
+      name: "static/ unreadable",
+      env: {},
+      permissions: ["--allow-net", "--allow-env"],
+      sentence:
+        /static\/ \(.*static\) may not be read by this process: grant --allow-read for that folder/,
+    },
+    {
+      name: "no permission to read the environment",
+      env: {},
+      permissions: ["--allow-net", `--allow-read=${join(ROOT, "static")}`],
+      sentence: /^Cannot read the configuration: .*grant --allow-env/m,
+    },
+    {
+      name: "no permission to listen",
+      env: {},
+      permissions: ["--allow-env", `--allow-read=${join(ROOT, "static")}`],
+      sentence:
+        /^Cannot listen on 127\.0\.0\.1:0: this process may not use the network, so grant --allow-net/m,
+    },
+    {
+      name: "HOSTNAME not of this machine",
+      env: { HOSTNAME: "192.0.2.1" },
+      sentence:
+        /^Cannot listen on 192\.0\.2\.1:0: HOSTNAME 192\.0\.2\.1 is not an address of this machine/m,
+    },
+  ];
+  for (const { name, env, permissions, sentence } of cases) {
+    await t.step(name, async () => {
+      const output = await runMain({ ...BASE, ...env }, permissions);
+      if (sentence.source.includes("REDIS_URL") || name.startsWith("static")) {
+        // Configuration problems keep their list: a header line and one line per problem.
+        assert.equal(output.code, 1, output.stderr);
+        assert.doesNotMatch(output.stderr, /^\s+at /m);
+        assert.equal(output.stderr.trimEnd().split("\n").length, 2, output.stderr);
+        assert.match(output.stderr, sentence);
+      } else {
+        assertOneSentence(output, sentence);
+      }
+    });
+  }
+});
+
+Deno.test("deno task start:kv serves on the KV store with read and write granted to KV_PATH's folder only", async () => {
+  const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
+  assert.doesNotMatch(deno.tasks.start, /allow-write/);
+  assert.match(deno.tasks["start:kv"], /--allow-write=\$\(dirname "\$KV_PATH"\) /);
+  const dir = Deno.makeTempDirSync();
+  const process = new Deno.Command(Deno.execPath(), {
+    args: ["task", "--config", join(ROOT, "deno.json"), "start:kv"],
+    env: { ...BASE, KV_PATH: join(dir, "limits.sqlite"), ACCESS_LOG: "false", NO_COLOR: "1" },
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  try {
+    const { url } = await listeningAddress(process.stderr);
+    const response = await fetch(`${url}/api/v1/platform`);
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get("ratelimit-remaining"), "59");
+    await response.body?.cancel();
+    assert.ok(Deno.statSync(join(dir, "limits.sqlite")).isFile);
+  } finally {
+    process.kill("SIGTERM");
     await process.status;
   }
 });

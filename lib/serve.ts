@@ -1,0 +1,184 @@
+/**
+ * Listening for `main.ts --listen` (`deno task start`, the compiled binary): a listener that survives
+ * running out of file descriptors, and a drain that tells keep-alive clients to close before the
+ * process stops.
+ *
+ * `Deno.serve` accepts connections in the runtime; when `accept` fails (EMFILE, "Too many open files"),
+ * its `finished` promise rejects and its listener is gone, while the connections it already accepted
+ * keep being served. {@linkcode serveResilient} then starts a new `Deno.serve` on the same address,
+ * retrying with a growing delay until descriptors are free again, and reports one incident.
+ *
+ * On shutdown, hyper closes idle keep-alive connections at once, so a client that sends its next
+ * request at that moment gets no answer. {@linkcode createDrain} marks the service as closing: every
+ * response from then on carries `Connection: close`, so well-behaved clients stop reusing their
+ * connections before the listener and the connections are closed. The drain does not depend on the
+ * listener, so `deno serve` and Deno Deploy paths can use it as well.
+ *
+ * @module
+ */
+
+/** The first delay before listening again after accepting failed, in ms. */
+export const RELISTEN_FIRST_DELAY_MS = 100;
+/** The longest delay between two attempts to listen again, in ms. */
+export const RELISTEN_MAX_DELAY_MS = 1000;
+/** How long a new listener must keep accepting before the incident is reported over, in ms. */
+export const RECOVERED_AFTER_MS = 1000;
+/** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
+export const DRAIN_MS = 1000;
+
+/** What {@linkcode createDrain} returns: a handler wrapper and the switch that starts closing. */
+export interface Drain {
+  /** Wraps `handler`: once {@linkcode Drain.close} was called, responses carry `Connection: close`. */
+  wrap<A extends Deno.Addr>(handler: Deno.ServeHandler<A>): Deno.ServeHandler<A>;
+  /** Starts closing: every response from now on asks the client to close its connection. */
+  close(): void;
+  /** Whether {@linkcode Drain.close} was called. */
+  readonly closing: boolean;
+}
+
+/**
+ * Creates a drain: a flag that, once set, adds `Connection: close` to every response.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const drain = createDrain();
+ * const handler = drain.wrap(() => new Response("ok"));
+ * const info = { remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 } } as const;
+ * drain.close();
+ * const response = await handler(new Request("http://localhost/"), info as Deno.ServeHandlerInfo);
+ * assert.equal(response.headers.get("connection"), "close");
+ * ```
+ */
+export function createDrain(): Drain {
+  let closing = false;
+  return {
+    wrap(handler) {
+      return async (request, info) => {
+        const response = await handler(request, info);
+        if (!closing) return response;
+        // A fresh Response: the handler's may have immutable headers or be shared (cached).
+        const closed = new Response(response.body, response);
+        closed.headers.set("connection", "close");
+        return closed;
+      };
+    },
+    close() {
+      closing = true;
+    },
+    get closing() {
+      return closing;
+    },
+  };
+}
+
+/** An event of a {@linkcode ResilientServer}, for the operational log. */
+export type ServeEvent =
+  | { kind: "listening"; addr: Deno.NetAddr }
+  | { kind: "accept_failed"; error: string }
+  | { kind: "recovered"; downMs: number; attempts: number };
+
+/** Options of {@linkcode serveResilient}. */
+export interface ResilientServeOptions {
+  /** Interface to listen on. */
+  hostname: string;
+  /** Port to listen on; 0 picks a free one, kept when listening again. */
+  port: number;
+  /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
+  onEvent?: (event: ServeEvent) => void;
+}
+
+/** A server started by {@linkcode serveResilient}. */
+export interface ResilientServer {
+  /** The address it listens on. */
+  readonly addr: Deno.NetAddr;
+  /** Settles when {@linkcode ResilientServer.shutdown} has finished; never rejects. */
+  readonly finished: Promise<void>;
+  /** Stops listening (for good), finishes requests in flight and closes every connection. */
+  shutdown(): Promise<void>;
+}
+
+/**
+ * Serves `handler` on `hostname:port`, listening again whenever accepting fails.
+ *
+ * Throws when the first listener cannot be started (port taken, no permission); later failures are
+ * retried until {@linkcode ResilientServer.shutdown}.
+ */
+export function serveResilient(
+  handler: Deno.ServeHandler<Deno.NetAddr>,
+  options: ResilientServeOptions,
+): ResilientServer {
+  const servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
+  const emit = options.onEvent ?? (() => {});
+  let stopped = false;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  let incident: { since: number; attempts: number } | undefined;
+  let recovery: ReturnType<typeof setTimeout> | undefined;
+
+  const listen = (port: number): Deno.HttpServer<Deno.NetAddr> => {
+    const server = Deno.serve({ hostname: options.hostname, port, onListen: () => {} }, handler);
+    servers.add(server);
+    server.finished.then(
+      () => servers.delete(server),
+      (error) => failed(error),
+    );
+    return server;
+  };
+
+  const failed = (error: unknown) => {
+    // The listener is gone; the connections it accepted are still served and kept for shutdown.
+    clearTimeout(recovery);
+    if (stopped) return;
+    if (incident === undefined) {
+      incident = { since: Date.now(), attempts: 0 };
+      emit({
+        kind: "accept_failed",
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
+    schedule(RELISTEN_FIRST_DELAY_MS);
+  };
+
+  const schedule = (delayMs: number) => {
+    clearTimeout(retry);
+    retry = setTimeout(() => {
+      if (stopped) return;
+      incident!.attempts++;
+      try {
+        listen(addr.port);
+      } catch {
+        // Still no descriptor (or the port is briefly taken): wait longer.
+        schedule(Math.min(delayMs * 2, RELISTEN_MAX_DELAY_MS));
+        return;
+      }
+      recovery = setTimeout(() => {
+        if (incident === undefined) return;
+        emit({
+          kind: "recovered",
+          downMs: Date.now() - incident.since,
+          attempts: incident.attempts,
+        });
+        incident = undefined;
+      }, RECOVERED_AFTER_MS);
+    }, delayMs);
+  };
+
+  const first = listen(options.port);
+  const addr = first.addr;
+  emit({ kind: "listening", addr });
+  const { promise: finished, resolve: done } = Promise.withResolvers<void>();
+
+  return {
+    addr,
+    finished,
+    async shutdown() {
+      stopped = true;
+      clearTimeout(retry);
+      clearTimeout(recovery);
+      await Promise.all(
+        [...servers].map((server) => server.shutdown().catch(() => {/* already failed */})),
+      );
+      done();
+    },
+  };
+}

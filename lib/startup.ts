@@ -1,0 +1,109 @@
+/**
+ * Start-up failures as one sentence each: what could not be done, the variable or permission
+ * involved, and the fix. `main.ts` prints the sentence and exits 1, so an operator never reads a
+ * stack trace for a problem of configuration or deployment.
+ *
+ * @module
+ */
+
+import { dirname, resolve } from "node:path";
+
+/** Where the service was asked to listen. */
+export interface ListenTarget {
+  /** `HOSTNAME`. */
+  hostname: string;
+  /** `PORT`. */
+  port: number;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * Explains why listening on `target` failed.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const sentence = explainListenError(new Deno.errors.AddrInUse("Address in use"), {
+ *   hostname: "0.0.0.0",
+ *   port: 8000,
+ * });
+ * assert.match(sentence, /PORT 8000 is already in use/);
+ * ```
+ */
+export function explainListenError(error: unknown, target: ListenTarget): string {
+  const where = `Cannot listen on ${target.hostname}:${target.port}`;
+  let reason: string;
+  if (error instanceof Deno.errors.AddrInUse) {
+    reason =
+      `PORT ${target.port} is already in use, so stop the process holding it or set PORT to a free port`;
+  } else if (error instanceof Deno.errors.AddrNotAvailable) {
+    reason =
+      `HOSTNAME ${target.hostname} is not an address of this machine, so set HOSTNAME to one of its addresses, 0.0.0.0 or ::`;
+  } else if (error instanceof Deno.errors.NotCapable) {
+    reason = "this process may not use the network, so grant --allow-net (deno task start does)";
+  } else if (error instanceof Deno.errors.PermissionDenied) {
+    reason =
+      `this user may not bind PORT ${target.port}, so set PORT to 1024 or above or grant the capability CAP_NET_BIND_SERVICE`;
+  } else {
+    reason = `${messageOf(error)}, so check HOSTNAME and PORT`;
+  }
+  return `${where}: ${reason}; nothing is served.`;
+}
+
+/** Whether `path` names a local SQLite file (not `:memory:` or a remote database URL). */
+function isFile(path: string): boolean {
+  return path !== ":memory:" && !/^[a-z][a-z0-9+.-]*:\/\//i.test(path);
+}
+
+/**
+ * Explains why the Deno KV database at `KV_PATH` could not be opened.
+ *
+ * @param path `KV_PATH`, or undefined for `Deno.openKv()`'s default location
+ */
+export function explainKvError(error: unknown, path: string | undefined): string {
+  const named = path === undefined ? "the default Deno KV database" : `KV_PATH ${path}`;
+  const start = `Cannot open ${named}`;
+  const dir = path !== undefined && isFile(path) ? dirname(resolve(path)) : undefined;
+  let reason: string;
+  if (error instanceof Deno.errors.NotCapable) {
+    reason = dir === undefined
+      ? `this process may not open it, so grant the access it asks for (${messageOf(error)})`
+      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only)`;
+  } else if (dir !== undefined && !isDirectory(dir)) {
+    reason =
+      `its folder ${dir} does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder`;
+  } else if (
+    error instanceof Deno.errors.PermissionDenied ||
+    /unable to open database file|readonly|read-only/i.test(messageOf(error))
+  ) {
+    // SQLite says only that it could not open or create the file; the folder exists, so it is the
+    // folder's or the file's permissions (or a read-only file system).
+    reason =
+      `the database cannot be created or written there, so give the service's user read and write access to ${
+        dir ?? "it"
+      } (on a writable file system)`;
+  } else {
+    reason = `${messageOf(error)}, so check KV_PATH`;
+  }
+  return `${start}: ${reason}; nothing is served.`;
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+/** Explains a failure at start-up that no more specific explanation covers. */
+export function explainStartupError(error: unknown): string {
+  if (error instanceof Deno.errors.NotCapable && /env access/.test(messageOf(error))) {
+    return "Cannot read the configuration: this process may not read environment variables, so grant --allow-env (deno task start does); nothing is served.";
+  }
+  const name = error instanceof Error ? `${error.name}: ` : "";
+  return `Cannot start: ${name}${messageOf(error)}; nothing is served.`;
+}

@@ -1,0 +1,268 @@
+/**
+ * Tests of the production setup for a VM in deploy/: the systemd unit passes `systemd-analyze
+ * verify` and its offline security review, and nginx, run from the shipped configuration (with short
+ * timeouts and loopback ports substituted in) in front of the real service, cuts idle and slow
+ * clients, serves normal ones, and keeps one rate limit per client address.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { request as httpRequest } from "node:http";
+import { join } from "node:path";
+import { freePort, waitForPort } from "./_redis.ts";
+import { startService } from "./_service_process.ts";
+import { findTool, toolUnavailableReason } from "./_tools.ts";
+
+const DEPLOY = join(import.meta.dirname!, "..", "deploy");
+const UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery.service"));
+const NGINX_CONF = Deno.readTextFileSync(join(DEPLOY, "nginx.conf"));
+const BINARY = "/usr/local/bin/discovery";
+
+/** The highest overall exposure `systemd-analyze security` may give the unit (0 best, 10 worst). */
+const MAX_EXPOSURE = 3.0;
+
+/** The unit's `[Service]` settings, each key with every value it is given. */
+function serviceSettings(unit: string): Map<string, string[]> {
+  const section = unit.split(/^\[Service\]$/m)[1]!.split(/^\[/m)[0]!;
+  const settings = new Map<string, string[]>();
+  for (const line of section.split("\n")) {
+    const match = /^([A-Za-z]+)=(.*)$/.exec(line.trim());
+    if (match) settings.set(match[1]!, [...settings.get(match[1]!) ?? [], match[2]!]);
+  }
+  return settings;
+}
+
+/** The unit with ExecStart pointing at a stub executable: verify needs the binary to exist. */
+function unitWithStubBinary(): string {
+  const dir = Deno.makeTempDirSync();
+  const stub = join(dir, "discovery");
+  Deno.writeTextFileSync(stub, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+  assert.ok(UNIT.includes(`ExecStart=${BINARY}\n`));
+  const path = join(dir, "discovery.service");
+  Deno.writeTextFileSync(path, UNIT.replace(`ExecStart=${BINARY}`, `ExecStart=${stub}`));
+  return path;
+}
+
+const noSystemd = toolUnavailableReason("systemd-analyze", "systemd");
+
+Deno.test({
+  name: `deploy/discovery.service passes systemd-analyze verify with no warning${
+    noSystemd ? ` (ignored: ${noSystemd})` : ""
+  }`,
+  ignore: noSystemd !== undefined,
+  async fn() {
+    const output = await new Deno.Command(findTool("systemd-analyze")!, {
+      args: ["verify", unitWithStubBinary()],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const said = new TextDecoder().decode(output.stderr) + new TextDecoder().decode(output.stdout);
+    assert.equal(output.code, 0, said);
+    assert.equal(said.trim(), "");
+  },
+});
+
+Deno.test({
+  name: `deploy/discovery.service is hardened: offline exposure at most ${MAX_EXPOSURE}${
+    noSystemd ? ` (ignored: ${noSystemd})` : ""
+  }`,
+  ignore: noSystemd !== undefined,
+  async fn() {
+    const output = await new Deno.Command(findTool("systemd-analyze")!, {
+      args: ["security", "--offline=true", "--no-pager", unitWithStubBinary()],
+      env: { NO_COLOR: "1", SYSTEMD_COLORS: "0" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(output.stdout);
+    const exposure = Number(/Overall exposure level for \S+: ([\d.]+)/.exec(text)?.[1]);
+    assert.ok(exposure <= MAX_EXPOSURE, `exposure ${exposure}:\n${text}`);
+  },
+});
+
+Deno.test("deploy/discovery.service restarts on failure, allows many descriptors and trusts the local nginx", () => {
+  const settings = serviceSettings(UNIT);
+  const one = (key: string) => {
+    const values = settings.get(key);
+    assert.equal(values?.length, 1, `${key}: ${values}`);
+    return values[0]!;
+  };
+  assert.equal(one("ExecStart"), BINARY);
+  assert.equal(one("Restart"), "on-failure");
+  assert.ok(Number(one("LimitNOFILE")) >= 65_536);
+  for (const key of ["DynamicUser", "NoNewPrivileges", "PrivateTmp", "ProtectHome"]) {
+    assert.equal(one(key), "yes", key);
+  }
+  assert.equal(one("ProtectSystem"), "strict");
+  assert.equal(one("CapabilityBoundingSet"), "");
+  const env = Object.fromEntries(
+    settings.get("Environment")!.map((pair) => pair.split("=") as [string, string]),
+  );
+  assert.equal(env.HOSTNAME, "127.0.0.1");
+  assert.equal(env.TRUSTED_PROXIES, "127.0.0.1,::1");
+  // nginx proxies to the port the unit listens on.
+  assert.match(NGINX_CONF, new RegExp(`server 127\\.0\\.0\\.1:${env.PORT};`));
+});
+
+/** The test's timeouts, in place of the shipped ones (seconds), so that the test is quick. */
+const TEST_TIMEOUT_S = 1;
+/** The trickling client's pause between two bytes of its request head. */
+const TRICKLE_MS = 100;
+/** How late after its timeout nginx may cut a connection and still pass. */
+const CUT_MARGIN_MS = 2000;
+
+/** The shipped nginx.conf with loopback ports, temporary paths and short timeouts. */
+function testNginxConf(dir: string, port: number, upstreamPort: number): string {
+  const substitutions: [RegExp, string][] = [
+    [/^user www-data;$/m, ""],
+    [/^worker_processes auto;$/m, "worker_processes 1;"],
+    [/^pid \/run\/nginx\.pid;$/m, `pid ${join(dir, "nginx.pid")};`],
+    [
+      /^error_log \/var\/log\/nginx\/error\.log warn;$/m,
+      `error_log ${join(dir, "error.log")} info;`,
+    ],
+    [/^ {8}listen 80;$/m, `        listen 127.0.0.1:${port};`],
+    [/^ {8}listen \[::\]:80;$/m, ""],
+    [/server 127\.0\.0\.1:8000;/, `server 127.0.0.1:${upstreamPort};`],
+    [/client_header_timeout 10s;/, `client_header_timeout ${TEST_TIMEOUT_S}s;`],
+    [/client_body_timeout 10s;/, `client_body_timeout ${TEST_TIMEOUT_S}s;`],
+    [/keepalive_timeout 15s;/, `keepalive_timeout ${TEST_TIMEOUT_S}s;`],
+    [/send_timeout 10s;/, `send_timeout ${TEST_TIMEOUT_S}s;`],
+  ];
+  let conf = NGINX_CONF;
+  for (const [pattern, replacement] of substitutions) {
+    // Every substitution must apply: the shipped file is what is tested.
+    assert.match(conf, pattern);
+    conf = conf.replace(pattern, replacement);
+  }
+  return conf;
+}
+
+/** A GET through nginx from the local address `from`. */
+function get(
+  port: number,
+  from: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; remaining: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: "127.0.0.1",
+      port,
+      path: "/api/v1/platform",
+      localAddress: from,
+      agent: false,
+      headers,
+    }, (response) => {
+      response.resume();
+      response.on("end", () =>
+        resolve({
+          status: response.statusCode!,
+          remaining: response.headers["ratelimit-remaining"] as string | undefined,
+        }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** How long until the peer closes `conn`, reading (and dropping) whatever it sends. */
+async function msUntilClosed(conn: Deno.Conn, started: number): Promise<number> {
+  const buffer = new Uint8Array(4096);
+  while (true) {
+    const read = await conn.read(buffer).catch(() => null);
+    if (read === null) return Date.now() - started;
+  }
+}
+
+const noNginx = toolUnavailableReason("nginx", "nginx-light");
+
+Deno.test({
+  name:
+    `nginx from deploy/nginx.conf cuts idle and slow clients, serves normal ones, one rate limit per client${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    const service = await startService({ TRUSTED_PROXIES: "127.0.0.1,::1", RATE_LIMIT: "3" });
+    const dir = Deno.makeTempDirSync();
+    Deno.chmodSync(dir, 0o755);
+    const port = freePort();
+    Deno.writeTextFileSync(
+      join(dir, "nginx.conf"),
+      testNginxConf(dir, port, Number(new URL(service.url).port)),
+    );
+    const nginx = new Deno.Command(findTool("nginx")!, {
+      args: [
+        "-p",
+        dir,
+        "-c",
+        join(dir, "nginx.conf"),
+        "-e",
+        join(dir, "error.log"),
+        "-g",
+        "daemon off;",
+      ],
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const stderr = new Response(nginx.stderr).text();
+    const held: Deno.Conn[] = [];
+    try {
+      await waitForPort(port, 5000);
+      // An idle client and one trickling its request head, one byte at a time.
+      const started = Date.now();
+      const idle = await Deno.connect({ hostname: "127.0.0.1", port });
+      const slow = await Deno.connect({ hostname: "127.0.0.1", port });
+      held.push(idle, slow);
+      const idleCut = msUntilClosed(idle, started);
+      const slowCut = msUntilClosed(slow, started);
+      // The head never ends: a header value that grows by one byte every TRICKLE_MS.
+      const bytes = new TextEncoder().encode(
+        `GET /api/v1/platform HTTP/1.1\r\nHost: x\r\nX-Slow: ${"a".repeat(100)}`,
+      );
+      let trickling = true;
+      const trickle = (async () => {
+        for (let i = 0; trickling && i < bytes.length; i++) {
+          await slow.write(bytes.subarray(i, i + 1)).catch(() => trickling = false);
+          await new Promise((resolve) => setTimeout(resolve, TRICKLE_MS));
+        }
+      })();
+
+      // Meanwhile normal clients are served, each address with its own limit.
+      assert.deepEqual(await get(port, "127.0.0.1"), { status: 200, remaining: "2" });
+      assert.deepEqual(await get(port, "127.0.0.1"), { status: 200, remaining: "1" });
+      assert.deepEqual(await get(port, "127.0.0.1"), { status: 200, remaining: "0" });
+      assert.equal((await get(port, "127.0.0.1")).status, 429);
+      // A forwarded header from the client does not choose the key: nginx replaces it.
+      const other = await get(port, "127.0.0.2", { "x-forwarded-for": "127.0.0.1" });
+      assert.deepEqual(other, { status: 200, remaining: "2" });
+
+      const limit = TEST_TIMEOUT_S * 1000 + CUT_MARGIN_MS;
+      const [idleMs, slowMs] = await Promise.all([idleCut, slowCut]);
+      trickling = false;
+      await trickle;
+      assert.ok(idleMs <= limit, `idle client cut after ${idleMs} ms`);
+      assert.ok(slowMs <= limit, `trickling client cut after ${slowMs} ms`);
+
+      // A keep-alive connection left idle after a request is closed too.
+      const keptAlive = await Deno.connect({ hostname: "127.0.0.1", port });
+      held.push(keptAlive);
+      await keptAlive.write(
+        new TextEncoder().encode("GET /llms.txt HTTP/1.1\r\nHost: x\r\n\r\n"),
+      );
+      const keptMs = await msUntilClosed(keptAlive, Date.now());
+      assert.ok(keptMs <= limit, `idle keep-alive connection cut after ${keptMs} ms`);
+    } finally {
+      for (const conn of held) {
+        try {
+          conn.close();
+        } catch { /* closed */ }
+      }
+      nginx.kill("SIGQUIT");
+      await nginx.status;
+      await service.stop();
+    }
+    assert.doesNotMatch(await stderr, /\[emerg\]/);
+  },
+});
