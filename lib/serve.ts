@@ -54,13 +54,12 @@ export function createDrain(): Drain {
   let closing = false;
   return {
     wrap(handler) {
-      return async (request, info) => {
-        const response = await handler(request, info);
+      // Until shutdown, a response passes through as the handler made it (often synchronously): the
+      // drain costs one flag test per request, not a promise.
+      return (request, info) => {
+        const response = handler(request, info);
         if (!closing) return response;
-        // A fresh Response: the handler's may have immutable headers or be shared (cached).
-        const closed = new Response(response.body, response);
-        closed.headers.set("connection", "close");
-        return closed;
+        return response instanceof Promise ? response.then(closed) : closed(response);
       };
     },
     close() {
@@ -70,6 +69,13 @@ export function createDrain(): Drain {
       return closing;
     },
   };
+}
+
+/** A fresh Response with `Connection: close`: the handler's may have immutable headers or be shared. */
+function closed(response: Response): Response {
+  const copy = new Response(response.body, response);
+  copy.headers.set("connection", "close");
+  return copy;
 }
 
 /** An event of a {@linkcode ResilientServer}, for the operational log. */
