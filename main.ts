@@ -1,10 +1,11 @@
 /**
  * The service's entry point: read the configuration and content, build the handler, export it for
- * `deno serve` and Deno Deploy, and, when started with `--listen` (`deno task start`, the compiled
- * binary), serve it on `HOSTNAME:PORT` and shut down gracefully on SIGTERM and SIGINT.
+ * `deno serve`, and, when started with `--listen` (`deno task start`, the compiled binary) or on Deno
+ * Deploy, serve it on `HOSTNAME:PORT` (or the address the runtime is given in `DENO_SERVE_ADDRESS`)
+ * and shut down gracefully on SIGTERM and SIGINT.
  *
  * `deno serve` evaluates this module as the main module too and offers no way to tell it apart from
- * `deno run`, so listening is asked for explicitly rather than guessed.
+ * `deno run`, so listening is asked for explicitly, or recognised from the platform, never guessed.
  *
  * @module
  */
@@ -12,13 +13,9 @@
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/app.ts";
-import {
-  denoEnv,
-  formatConfigErrors,
-  loadConfig,
-  MIN_DEPRECATION_NOTICE_DAYS,
-} from "./lib/config.ts";
+import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
 import { loadContent } from "./lib/content.ts";
+import { deployEnv, onDenoDeploy } from "./lib/deploy.ts";
 import { openRateLimitStore } from "./lib/rate_limit_store.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
@@ -35,9 +32,17 @@ function fatal(errors: string[]): never {
   Deno.exit(1);
 }
 
-const loaded = loadConfig(denoEnv());
-if (!loaded.ok) fatal(loaded.errors);
+const platform = deployEnv((name) => Deno.env.get(name));
+const loaded = loadConfig(platform.env);
+if (!loaded.ok || platform.errors.length > 0) {
+  fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
+}
 const config = loaded.config;
+if (platform.derivedBaseUrl !== undefined) {
+  event("info", "PUBLIC_BASE_URL is unset: links name the Deno Deploy timeline's URL", {
+    baseUrl: platform.derivedBaseUrl,
+  });
+}
 
 const contentResult = loadContent(config);
 if (!contentResult.ok) fatal(contentResult.errors);
@@ -95,21 +100,18 @@ if (
   );
 }
 
-const listen = import.meta.main && Deno.args.includes("--listen");
+// `deno task start` and the compiled binary pass `--listen`. Deno Deploy runs `deno run main.ts` and
+// documents no serving of a default export, so there the platform itself is the signal. Under
+// `deno serve`, or with DENO_AUTO_SERVE, the runtime serves the default export: listening here too
+// would serve twice.
+const listen = import.meta.main && !Deno.env.get("DENO_AUTO_SERVE") &&
+  (Deno.args.includes("--listen") || onDenoDeploy((name) => Deno.env.get(name)));
 
 if (!listen) {
-  // Under `deno serve` (or an embedding server) the runtime owns the listener; still, lines waiting
-  // in the access log must not be lost when the process is told to stop. Deno Deploy has no signals.
-  try {
-    for (const signal of ["SIGTERM", "SIGINT"] as const) {
-      Deno.addSignalListener(signal, () => {
-        accessLog?.flush();
-        Deno.exit(0);
-      });
-    }
-  } catch {
-    // No signal support here: the log is flushed every 250 ms regardless.
-  }
+  // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
+  // unloads the module. Exiting at the signal would cut them short; the lines they log are written
+  // at unload instead.
+  globalThis.addEventListener("unload", () => accessLog?.flush());
 }
 
 if (listen) {
