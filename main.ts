@@ -1,10 +1,11 @@
 /**
  * The service's entry point: read the configuration and content, build the handler, export it for
- * `deno serve` and Deno Deploy, and, when started with `--listen` (`deno task start`, the compiled
- * binary), serve it on `HOSTNAME:PORT` and shut down gracefully on SIGTERM and SIGINT.
+ * `deno serve`, and, when started with `--listen` (`deno task start`, the compiled binary) or on Deno
+ * Deploy, serve it on `HOSTNAME:PORT` (or the address the runtime is given in `DENO_SERVE_ADDRESS`)
+ * and shut down gracefully on SIGTERM and SIGINT.
  *
  * `deno serve` evaluates this module as the main module too and offers no way to tell it apart from
- * `deno run`, so listening is asked for explicitly rather than guessed.
+ * `deno run`, so listening is asked for explicitly, or recognised from the platform, never guessed.
  *
  * @module
  */
@@ -12,15 +13,18 @@
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/app.ts";
-import {
-  denoEnv,
-  formatConfigErrors,
-  loadConfig,
-  MIN_DEPRECATION_NOTICE_DAYS,
-} from "./lib/config.ts";
+import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
 import { loadContent } from "./lib/content.ts";
+import { deployEnv, onDenoDeploy } from "./lib/deno_deploy.ts";
 import { openRateLimitStore } from "./lib/rate_limit_store.ts";
-import { createDrain, DRAIN_MS, type ServeEvent, serveResilient } from "./lib/serve.ts";
+import {
+  addressOf,
+  createDrain,
+  DRAIN_MS,
+  type ServeEvent,
+  serveResilient,
+  STOP_DEADLINE_MS,
+} from "./lib/serve.ts";
 import { explainKvError, explainListenError, explainStartupError } from "./lib/startup.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
@@ -50,14 +54,23 @@ function onStartupRejection(event: PromiseRejectionEvent): void {
 }
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
+let platform: ReturnType<typeof deployEnv>;
 let loaded: ReturnType<typeof loadConfig>;
 try {
-  loaded = loadConfig(denoEnv());
+  platform = deployEnv((name) => Deno.env.get(name));
+  loaded = loadConfig(platform.env);
 } catch (error) {
   fatalSentence(explainStartupError(error));
 }
-if (!loaded.ok) fatal(loaded.errors);
+if (!loaded.ok || platform.errors.length > 0) {
+  fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
+}
 const config = loaded.config;
+if (platform.derivedBaseUrl !== undefined) {
+  event("info", "PUBLIC_BASE_URL is unset: links name the Deno Deploy timeline's URL", {
+    baseUrl: platform.derivedBaseUrl,
+  });
+}
 
 const contentResult = loadContent(config);
 if (!contentResult.ok) fatal(contentResult.errors);
@@ -121,21 +134,18 @@ if (
   );
 }
 
-const listen = import.meta.main && Deno.args.includes("--listen");
+// `deno task start` and the compiled binary pass `--listen`. Deno Deploy runs `deno run main.ts` and
+// documents no serving of a default export, so there the platform itself is the signal. Under
+// `deno serve`, or with DENO_AUTO_SERVE, the runtime serves the default export: listening here too
+// would serve twice.
+const listen = import.meta.main && !Deno.env.get("DENO_AUTO_SERVE") &&
+  (Deno.args.includes("--listen") || onDenoDeploy((name) => Deno.env.get(name)));
 
 if (!listen) {
-  // Under `deno serve` (or an embedding server) the runtime owns the listener; still, lines waiting
-  // in the access log must not be lost when the process is told to stop. Deno Deploy has no signals.
-  try {
-    for (const signal of ["SIGTERM", "SIGINT"] as const) {
-      Deno.addSignalListener(signal, () => {
-        accessLog?.flush();
-        Deno.exit(0);
-      });
-    }
-  } catch {
-    // No signal support here: the log is flushed every 250 ms regardless.
-  }
+  // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
+  // unloads the module. Exiting at the signal would cut them short; the lines they log are written
+  // at unload instead.
+  globalThis.addEventListener("unload", () => accessLog?.flush());
 }
 
 if (listen) {
@@ -156,6 +166,13 @@ if (listen) {
     if (stopping) return;
     stopping = true;
     event("info", "shutting down: finishing requests in flight", { signal });
+    const deadline = setTimeout(() => {
+      accessLog?.flush();
+      event("warn", "shutdown overran its deadline: exiting with connections still open", {
+        deadlineMs: STOP_DEADLINE_MS,
+      });
+      Deno.exit(0);
+    }, STOP_DEADLINE_MS);
     // Keep answering for a moment with Connection: close, so that busy keep-alive clients learn to
     // stop reusing their connection before it is closed under them.
     drain.close();
@@ -163,6 +180,7 @@ if (listen) {
     await server.shutdown();
     accessLog?.flush();
     await store.close();
+    clearTimeout(deadline);
     event("info", "stopped");
     // Exit here rather than finish evaluating the module: Deno would then warn that a module with a
     // default `fetch` export was run with `deno run`, which is intended.
@@ -179,9 +197,8 @@ globalThis.removeEventListener("unhandledrejection", onStartupRejection);
 /** Writes the listener's events: where it listens, and each accept incident once. */
 function logServeEvent(serveEvent: ServeEvent): void {
   if (serveEvent.kind === "listening") {
-    const { hostname, port } = serveEvent.addr;
     event("info", "listening", {
-      address: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}/`,
+      address: addressOf(serveEvent.addr),
       baseUrl: config.baseUrl,
     });
   } else if (serveEvent.kind === "accept_failed") {

@@ -25,6 +25,11 @@ export const RELISTEN_MAX_DELAY_MS = 1000;
 export const RECOVERED_AFTER_MS = 1000;
 /** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
 export const DRAIN_MS = 1000;
+/**
+ * The longest a shutdown may take before the process exits anyway, in ms: Deno Deploy kills an
+ * instance 5 s after its SIGINT, and nothing the service serves takes longer than a store timeout.
+ */
+export const STOP_DEADLINE_MS = 4000;
 
 /** What {@linkcode createDrain} returns: a handler wrapper and the switch that starts closing. */
 export interface Drain {
@@ -78,9 +83,27 @@ function closed(response: Response): Response {
   return copy;
 }
 
+/**
+ * An address as a URL-like string for the operational log: `http://host:port/`, `unix:<path>` or
+ * `vsock:<cid>:<port>`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(addressOf({ transport: "tcp", hostname: "::1", port: 8000 }), "http://[::1]:8000/");
+ * assert.equal(addressOf({ transport: "unix", path: "/run/d.sock" }), "unix:/run/d.sock");
+ * ```
+ */
+export function addressOf(addr: Deno.Addr): string {
+  if ("path" in addr) return `unix:${addr.path}`;
+  if ("cid" in addr) return `vsock:${addr.cid}:${addr.port}`;
+  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+  return `http://${host}:${addr.port}/`;
+}
+
 /** An event of a {@linkcode ResilientServer}, for the operational log. */
 export type ServeEvent =
-  | { kind: "listening"; addr: Deno.NetAddr }
+  | { kind: "listening"; addr: Deno.Addr }
   | { kind: "accept_failed"; error: string }
   | { kind: "recovered"; downMs: number; attempts: number };
 
@@ -97,32 +120,50 @@ export interface ResilientServeOptions {
 /** A server started by {@linkcode serveResilient}. */
 export interface ResilientServer {
   /** The address it listens on. */
-  readonly addr: Deno.NetAddr;
+  readonly addr: Deno.Addr;
   /** Settles when {@linkcode ResilientServer.shutdown} has finished; never rejects. */
   readonly finished: Promise<void>;
   /** Stops listening (for good), finishes requests in flight and closes every connection. */
   shutdown(): Promise<void>;
 }
 
+/** Where a listener listens: TCP, or the unix socket or vsock port `DENO_SERVE_ADDRESS` may name. */
+type ListenAt =
+  | { hostname: string; port: number }
+  | { path: string }
+  | { cid: number; port: number };
+
 /**
- * Serves `handler` on `hostname:port`, listening again whenever accepting fails.
+ * Where to listen again: the first listener's own address. That is the one the runtime chose when
+ * `DENO_SERVE_ADDRESS` overrode the options (as on Deno Deploy), and the runtime reads that variable
+ * for the first `Deno.serve` only.
+ */
+function listenAtOf(addr: Deno.Addr): ListenAt {
+  if ("path" in addr) return { path: addr.path };
+  if ("cid" in addr) return { cid: addr.cid, port: addr.port };
+  return { hostname: addr.hostname, port: addr.port };
+}
+
+/**
+ * Serves `handler` on `hostname:port` (or where `DENO_SERVE_ADDRESS` says), listening again whenever
+ * accepting fails.
  *
  * Throws when the first listener cannot be started (port taken, no permission); later failures are
  * retried until {@linkcode ResilientServer.shutdown}.
  */
 export function serveResilient(
-  handler: Deno.ServeHandler<Deno.NetAddr>,
+  handler: Deno.ServeHandler<Deno.Addr>,
   options: ResilientServeOptions,
 ): ResilientServer {
-  const servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
+  const servers = new Set<Deno.HttpServer<Deno.Addr>>();
   const emit = options.onEvent ?? (() => {});
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
   let incident: { since: number; attempts: number } | undefined;
   let recovery: ReturnType<typeof setTimeout> | undefined;
 
-  const listen = (port: number): Deno.HttpServer<Deno.NetAddr> => {
-    const server = Deno.serve({ hostname: options.hostname, port, onListen: () => {} }, handler);
+  const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
+    const server = Deno.serve({ ...where, onListen: () => {} }, handler);
     servers.add(server);
     server.finished.then(
       () => servers.delete(server),
@@ -151,7 +192,7 @@ export function serveResilient(
       if (stopped) return;
       incident!.attempts++;
       try {
-        listen(addr.port);
+        listen(listenAtOf(addr));
       } catch {
         // Still no descriptor (or the port is briefly taken): wait longer.
         schedule(Math.min(delayMs * 2, RELISTEN_MAX_DELAY_MS));
@@ -169,7 +210,7 @@ export function serveResilient(
     }, delayMs);
   };
 
-  const first = listen(options.port);
+  const first = listen({ hostname: options.hostname, port: options.port });
   const addr = first.addr;
   emit({ kind: "listening", addr });
   const { promise: finished, resolve: done } = Promise.withResolvers<void>();

@@ -8,15 +8,13 @@
 
 import assert from "node:assert/strict";
 import { createDrain } from "../lib/serve.ts";
+import { exchange, getHead } from "./_keep_alive_load.ts";
 import { startService } from "./_service_process.ts";
 
 const INFO = {
   remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 },
   completed: Promise.resolve(),
 } as unknown as Deno.ServeHandlerInfo<Deno.NetAddr>;
-
-const ENCODER = new TextEncoder();
-const DECODER = new TextDecoder();
 
 Deno.test("createDrain() adds Connection: close only once closing, keeping status, headers and body", async () => {
   const shared = new Response("body", { status: 201, headers: { "x-kept": "yes" } });
@@ -44,49 +42,6 @@ Deno.test("createDrain() answers with Connection: close even when the handler's 
   assert.equal(response.headers.get("connection"), "close");
 });
 
-/** One HTTP/1.1 exchange on an open connection; `undefined` when it closed with no response byte. */
-async function exchange(
-  conn: Deno.Conn,
-  path: string,
-): Promise<{ status: number; close: boolean } | undefined> {
-  try {
-    await conn.write(ENCODER.encode(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`));
-  } catch {
-    return undefined;
-  }
-  let received = new Uint8Array(0);
-  const chunk = new Uint8Array(16_384);
-  while (true) {
-    const text = DECODER.decode(received);
-    const end = text.indexOf("\r\n\r\n");
-    if (end >= 0) {
-      const head = text.slice(0, end);
-      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN);
-      assert.ok(Number.isInteger(length), `no content-length in ${head}`);
-      if (received.length >= end + 4 + length) {
-        return {
-          status: Number(head.split(" ")[1]),
-          close: /\r\nconnection: *close/i.test(head),
-        };
-      }
-    }
-    let read: number | null;
-    try {
-      read = await conn.read(chunk);
-    } catch {
-      read = null;
-    }
-    if (read === null) {
-      if (received.length === 0) return undefined;
-      throw new Error(`connection closed in the middle of a response: ${DECODER.decode(received)}`);
-    }
-    const next = new Uint8Array(received.length + read);
-    next.set(received);
-    next.set(chunk.subarray(0, read), received.length);
-    received = next;
-  }
-}
-
 const FLOOD_LIMIT = 256;
 const FLOOD_CONNECTIONS = 400;
 const RECOVERY_BUDGET_MS = 5000;
@@ -101,7 +56,7 @@ Deno.test("a flood of idle connections past the descriptor limit does not end th
   const flood: Deno.Conn[] = [];
   const kept = await Deno.connect({ hostname: "127.0.0.1", port });
   try {
-    assert.equal((await exchange(kept, "/api/v1/platform"))?.status, 200);
+    assert.equal((await exchange(kept, getHead("/api/v1/platform")))?.status, 200);
     for (let i = 0; i < FLOOD_CONNECTIONS; i++) {
       try {
         flood.push(await Deno.connect({ hostname: "127.0.0.1", port }));
@@ -115,7 +70,7 @@ Deno.test("a flood of idle connections past the descriptor limit does not end th
     );
     assert.ok(warned, `no accept failure logged: ${JSON.stringify(service.events)}`);
     // The connection accepted before the incident is still served during it.
-    assert.equal((await exchange(kept, "/api/v1/platform"))?.status, 200);
+    assert.equal((await exchange(kept, getHead("/api/v1/platform")))?.status, 200);
     for (const conn of flood.splice(0)) conn.close();
     const released = Date.now();
     let status: number | undefined;
@@ -176,7 +131,7 @@ Deno.test("SIGTERM under keep-alive load: every request sent is answered, each c
   const load = conns.map(async (conn) => {
     try {
       while (true) {
-        const response = await exchange(conn, "/api/v1/platform");
+        const response = await exchange(conn, getHead("/api/v1/platform"));
         if (response === undefined) {
           // The request was written and the connection closed without a byte of answer.
           lost++;

@@ -1,0 +1,140 @@
+/**
+ * A well-behaved HTTP/1.1 client on raw keep-alive connections, for shutdown and flood tests: one
+ * request at a time per connection, each response read whole, and a connection given up once the
+ * server says `Connection: close` (a server that is stopping; the client goes elsewhere).
+ *
+ * Unlike `fetch`, it never retries on its own, so every request it wrote either got its response or
+ * is counted as lost. A connection refused before any byte was written is not a loss: nothing was
+ * sent, and a client may safely retry it.
+ *
+ * @module
+ */
+
+const ENCODER = new TextEncoder();
+const DECODER = new TextDecoder();
+
+/** One response's status and whether it told the client to close. */
+export interface Exchanged {
+  /** HTTP status. */
+  status: number;
+  /** Whether it carried `Connection: close`. */
+  close: boolean;
+}
+
+/**
+ * Writes one raw request head on an open connection and reads its whole response (GET: the body has
+ * a `Content-Length`). Undefined when the connection closed without a byte of answer; throws when it
+ * closed in the middle of one.
+ */
+export async function exchange(conn: Deno.Conn, head: string): Promise<Exchanged | undefined> {
+  try {
+    await conn.write(ENCODER.encode(head));
+  } catch {
+    return undefined;
+  }
+  let received = new Uint8Array(0);
+  const chunk = new Uint8Array(16_384);
+  while (true) {
+    const text = DECODER.decode(received);
+    const end = text.indexOf("\r\n\r\n");
+    if (end >= 0) {
+      const fields = text.slice(0, end);
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(fields)?.[1] ?? NaN);
+      if (!Number.isInteger(length)) throw new Error(`no content-length in ${fields}`);
+      if (received.length >= end + 4 + length) {
+        return {
+          status: Number(fields.split(" ")[1]),
+          close: /\r\nconnection: *close/i.test(fields),
+        };
+      }
+    }
+    let read: number | null;
+    try {
+      read = await conn.read(chunk);
+    } catch {
+      read = null;
+    }
+    if (read === null) {
+      if (received.length === 0) return undefined;
+      throw new Error(`connection closed in the middle of a response: ${DECODER.decode(received)}`);
+    }
+    const next = new Uint8Array(received.length + read);
+    next.set(received);
+    next.set(chunk.subarray(0, read), received.length);
+    received = next;
+  }
+}
+
+/** The raw head of `GET path` to 127.0.0.1, with extra header lines. */
+export function getHead(path: string, ...fields: string[]): string {
+  return `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${fields.map((f) => `${f}\r\n`).join("")}\r\n`;
+}
+
+/** What happened to the requests of a {@linkcode keepAliveLoad}. */
+export interface LoadOutcome {
+  /** Requests answered with a complete response, by status. */
+  answered: Map<number, number>;
+  /** Requests written whose connection ended before their response: lost. */
+  lost: number;
+  /** Connections refused (nothing written). */
+  refused: number;
+  /** Responses that carried `Connection: close`. */
+  toldToClose: number;
+}
+
+/** Options of {@linkcode keepAliveLoad}. */
+export interface LoadOptions {
+  /** Port on 127.0.0.1. */
+  port: number;
+  /** Concurrent connections. */
+  connections: number;
+  /** The load stops when this resolves (each connection finishes its request in flight). */
+  until: Promise<unknown>;
+  /** The raw request head of the nth request. */
+  request: (n: number) => string;
+}
+
+/**
+ * Runs the load and reports every request's fate. A worker whose connection is refused tries again;
+ * one told to close stops: a connection opened while the server is stopping could still meet the
+ * final close before its request is read, which HTTP/1.1 leaves to the client to retry (RFC 9112
+ * section 9.3.1), so it is not what these tests measure.
+ */
+export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> {
+  const outcome: LoadOutcome = { answered: new Map(), lost: 0, refused: 0, toldToClose: 0 };
+  let stopped = false;
+  options.until.then(() => stopped = true);
+  let sent = 0;
+  const worker = async () => {
+    while (!stopped) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await Deno.connect({ hostname: "127.0.0.1", port: options.port });
+      } catch {
+        outcome.refused++;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        continue;
+      }
+      try {
+        while (!stopped) {
+          const response = await exchange(conn, options.request(sent++)).catch(() => undefined);
+          if (response === undefined) {
+            outcome.lost++;
+            break;
+          }
+          outcome.answered.set(response.status, (outcome.answered.get(response.status) ?? 0) + 1);
+          if (response.close) {
+            outcome.toldToClose++;
+            return;
+          }
+        }
+      } finally {
+        try {
+          conn.close();
+        } catch { /* closed by the peer */ }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: options.connections }, worker));
+  return outcome;
+}

@@ -1,0 +1,161 @@
+/**
+ * main.ts run as Deno Deploy runs it: `deno run` with every permission on the entrypoint and
+ * arguments of deno.json's `deploy` configuration, the platform's predefined variables, the address in
+ * `DENO_SERVE_ADDRESS`, the client address passed by the runtime (`x-deno-client-address` with
+ * `DENO_TRUST_PROXY_HEADERS=1`), and SIGINT to stop, with a kill 5 s later.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
+
+const ROOT = join(import.meta.dirname!, "..");
+
+/** deno.json's `deploy.runtime`: what Deploy executes. */
+const RUNTIME = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).deploy.runtime as {
+  entrypoint: string;
+  args?: string[];
+};
+
+const PLATFORM = {
+  DENO_DEPLOY: "true",
+  DENO_DEPLOY_ORG_ID: "0e9b3b5a-7a55-4bd5-9b5b-5d3f0c7f4a11",
+  DENO_DEPLOY_ORG_SLUG: "acme",
+  DENO_DEPLOY_APP_ID: "4a0c4a1e-0c5e-4c43-9f7e-2f9f3f0b2b22",
+  DENO_DEPLOY_APP_SLUG: "discovery",
+  DENO_DEPLOY_BUILD_ID: "b1",
+  DENO_DEPLOYMENT_ID: "d1",
+  DENO_TIMELINE: "production",
+  DENO_TRUST_PROXY_HEADERS: "1",
+};
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close();
+  return port;
+}
+
+/** Lines of a stream, as they come. */
+async function* lines(stream: ReadableStream<Uint8Array<ArrayBuffer>>): AsyncGenerator<string> {
+  let pending = "";
+  for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+    pending += chunk;
+    const parts = pending.split("\n");
+    pending = parts.pop()!;
+    yield* parts;
+  }
+  if (pending !== "") yield pending;
+}
+
+Deno.test("main.ts serves on Deno Deploy: the platform's address, per-client budgets, and a SIGINT that loses nothing", async () => {
+  const port = freePort();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", RUNTIME.entrypoint, ...(RUNTIME.args ?? [])],
+    cwd: ROOT,
+    env: {
+      ...PLATFORM,
+      DENO_SERVE_ADDRESS: `tcp:127.0.0.1:${port}`,
+      RATE_LIMIT: "5",
+      NO_COLOR: "1",
+    },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stdout = (async () => {
+    const seen: string[] = [];
+    for await (const line of lines(child.stdout)) seen.push(line);
+    return seen;
+  })();
+  const events: Record<string, unknown>[] = [];
+  const { promise: listening, resolve: listened } = Promise.withResolvers<void>();
+  const stderr = (async () => {
+    for await (const line of lines(child.stderr)) {
+      try {
+        events.push(JSON.parse(line));
+      } catch {
+        events.push({ text: line });
+      }
+      if (/"listening"/.test(line)) listened();
+    }
+  })();
+  try {
+    await Promise.race([
+      listening,
+      child.status.then(() => {
+        throw new Error(`exited before listening: ${JSON.stringify(events)}`);
+      }),
+    ]);
+    const url = `http://127.0.0.1:${port}`;
+    const as = (client: string) => ({ headers: { "x-deno-client-address": client } });
+
+    // It serves, with links on the timeline's documented URL.
+    const first = await fetch(`${url}/api/v1/platform`, as("198.51.100.7:40000"));
+    assert.equal(first.status, 200);
+    assert.equal((await first.json()).openapi, "https://discovery.acme.deno.net/openapi.json");
+    assert.ok(
+      events.some((e) => e.baseUrl === "https://discovery.acme.deno.net"),
+      JSON.stringify(events),
+    );
+
+    // Two client addresses, two budgets: A spends its 5, B still has all of its own.
+    for (let i = 2; i <= 5; i++) {
+      const response = await fetch(`${url}/api/v1/platform`, as(`198.51.100.7:${40000 + i}`));
+      await response.body?.cancel();
+      assert.equal(response.status, 200);
+    }
+    const refused = await fetch(`${url}/api/v1/platform`, as("198.51.100.7:41000"));
+    await refused.body?.cancel();
+    assert.equal(refused.status, 429);
+    const other = await fetch(`${url}/api/v1/platform`, as("203.0.113.9:40000"));
+    await other.body?.cancel();
+    assert.equal(other.status, 200);
+    assert.equal(other.headers.get("ratelimit-remaining"), "4");
+
+    // SIGINT mid-load: every request written is answered; refused connections carried nothing.
+    const { promise: stopped, resolve: stop } = Promise.withResolvers<void>();
+    const load = keepAliveLoad({
+      port,
+      connections: 16,
+      until: stopped,
+      // Each request from its own client address, so none is refused by the limit.
+      request: (n) =>
+        getHead(
+          "/api/v1/platform",
+          `x-deno-client-address: 10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}:1`,
+        ),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const signalled = performance.now();
+    child.kill("SIGINT");
+    const status = await child.status;
+    const exitMs = performance.now() - signalled;
+    stop();
+    const outcome = await load;
+    assert.equal(status.code, 0, JSON.stringify(events));
+    assert.ok(exitMs < 5000, `exited ${Math.round(exitMs)} ms after SIGINT; Deploy kills at 5 s`);
+    assert.equal(
+      outcome.lost,
+      0,
+      `requests lost: ${JSON.stringify({ ...outcome, answered: [...outcome.answered] })}`,
+    );
+    const answered = [...outcome.answered.values()].reduce((a, b) => a + b, 0);
+    assert.ok(answered > 50, `only ${answered} requests were answered under load`);
+    assert.equal(outcome.answered.get(200), answered, JSON.stringify([...outcome.answered]));
+    assert.equal(outcome.toldToClose, 16, "every connection is told to close before the end");
+
+    // The access log is flushed: one line per answered request (the 7 above and the load).
+    const logged = (await stdout).filter((line) => line.startsWith("{"));
+    assert.equal(logged.length, 7 + answered);
+  } finally {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* exited */ }
+    await child.status;
+    await stderr;
+    await stdout;
+  }
+});
