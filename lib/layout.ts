@@ -130,7 +130,7 @@ export function renderPage(contentHtml: string, page: PageMeta, site: Site): str
   }
   const support = site.supportUrl.replace(/^mailto:/, "");
 
-  return `<!doctype html>
+  return `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
