@@ -326,6 +326,8 @@ export function loadContent(
             type: "application/vnd.oai.openapi+json;version=3.1",
           }],
           "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
+          // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
+          deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
         },
       ],
     }),

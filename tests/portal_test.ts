@@ -79,7 +79,7 @@ Deno.test("GET /favicon.svg is the SVG icon, cacheable for an hour", async () =>
   assert.match(await response.text(), /^<svg /);
 });
 
-Deno.test("HTML pages carry Link to their Markdown and to the OpenAPI document, matching their <link> elements", async () => {
+Deno.test("HTML pages carry Link to their Markdown, the OpenAPI document and the API catalog, matching their <link> elements", async () => {
   const h = handler();
   const expected: Record<string, string> = {
     "/": `${BASE}/`,
@@ -93,7 +93,7 @@ Deno.test("HTML pages carry Link to their Markdown and to the OpenAPI document, 
     const markdown = expected[path]!;
     assert.equal(
       response.headers.get("link"),
-      `<${markdown}>; rel="alternate"; type="text/markdown", <${BASE}/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"`,
+      `<${markdown}>; rel="alternate"; type="text/markdown", <${BASE}/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json", <${BASE}/.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"`,
       path,
     );
     assert.ok(
@@ -207,7 +207,7 @@ Deno.test("linkHeader() formats the page links as RFC 8288 link-values", () => {
   const links = pageLinks({ path: "/p", title: "T", description: "D" }, site);
   assert.equal(
     linkHeader(links),
-    '<https://x.example/base/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"',
+    '<https://x.example/base/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json", <https://x.example/base/.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"',
   );
   const html = renderPage("<h1>T</h1>", { path: "/p", title: "T <&>", description: 'D "q"' }, site);
   assert.ok(html.includes("<title>T &lt;&amp;&gt;</title>"));

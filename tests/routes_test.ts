@@ -86,4 +86,7 @@ Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and se
   assert.equal(body.linkset[1].anchor, "https://d.example.com/api/v1/platform");
   assert.equal(body.linkset[1]["service-desc"][0].href, "https://d.example.com/openapi.json");
   assert.equal(body.linkset[1]["service-doc"][0].href, "https://d.example.com/developers");
+  assert.deepEqual(body.linkset[1].deprecation, [
+    { href: "https://d.example.com/developers/deprecation-policy", type: "text/html" },
+  ]);
 });

@@ -13,6 +13,8 @@
 
 import assert from "node:assert/strict";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
+// @ts-types="npm:@types/http-link-header@1.0.7"
+import LinkHeader from "http-link-header";
 import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import {
@@ -57,6 +59,9 @@ interface PathCase {
   /** `Cache-Control` of its 200s (documents revalidate; page assets may be reused for a while). */
   cache?: string;
 }
+
+/** The RFC 9727 API catalog: every response of it links to itself (`api-catalog`). */
+const CATALOG = "/.well-known/api-catalog";
 
 const PATHS: readonly PathCase[] = [
   { path: "/api/v1/platform", type: JSON_TYPE, negotiated: true, discovery: true },
@@ -299,6 +304,40 @@ Deno.test("each path's default body is the document it names", async () => {
     `${TEST_BASE_URL}/.well-known/api-catalog`,
     `${TEST_BASE_URL}/api/v1/platform`,
   ]);
+});
+
+Deno.test("RFC 9727: HEAD and GET of the API catalog, and every page, link to it with rel=api-catalog", async () => {
+  await using api = await open({ RATE_LIMIT: "1000" });
+  const catalogUrl = `${TEST_BASE_URL}${CATALOG}`;
+  const catalogLinks = (reply: { headers: Headers }, what: string) => {
+    const value = reply.headers.get("link");
+    assert.ok(value, `${what}: Link`);
+    return LinkHeader.parse(value).rel("api-catalog").map((link) => link.uri);
+  };
+  for (const method of ["HEAD", "GET"]) {
+    const reply = await api.call(CATALOG, { method });
+    assert.equal(reply.status, 200);
+    assert.deepEqual(catalogLinks(reply, `${method} ${CATALOG}`), [catalogUrl], method);
+  }
+  const etag = (await api.call(CATALOG)).headers.get("etag")!;
+  const revalidated = await api.call(CATALOG, { headers: { "if-none-match": etag } });
+  assert.equal(revalidated.status, 304);
+  assert.deepEqual(catalogLinks(revalidated, "304"), [catalogUrl]);
+  for (const path of ["/", "/developers", "/api", "/developers/deprecation-policy"]) {
+    const reply = await api.call(path, { method: "HEAD" });
+    assert.deepEqual(catalogLinks(reply, path), [catalogUrl], path);
+  }
+  const page = await api.call("/developers");
+  assert.ok(
+    page.text.includes(
+      `<link rel="api-catalog" type="application/linkset+json" href="${catalogUrl}">`,
+    ),
+  );
+  const catalog = await api.call(CATALOG);
+  assert.equal(
+    catalog.headers.get("content-type"),
+    'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+  );
 });
 
 Deno.test("aliases serve the same bytes: /api as /developers, /openapi as /openapi.json", async () => {
@@ -564,7 +603,7 @@ Deno.test("OPTIONS answers 204 with Allow and CORS fields on every path, plain a
         what,
       );
       assert.equal(reply.headers.get("access-control-max-age"), "86400", what);
-      assert.equal(reply.headers.has("link"), discovery, `${what}: Link`);
+      assert.equal(reply.headers.has("link"), discovery || path === CATALOG, `${what}: Link`);
     }
   }
 });
@@ -592,7 +631,7 @@ Deno.test("POST, PUT, DELETE and PATCH on every public path answer 405 with Allo
           "method_not_allowed",
           what,
         );
-        assert.equal(reply.headers.has("link"), discovery, `${what}: Link`);
+        assert.equal(reply.headers.has("link"), discovery || path === CATALOG, `${what}: Link`);
       }
     }
   }
