@@ -46,6 +46,8 @@ export interface Content {
   openapi: string;
   /** `/llms.txt`. */
   llms: string;
+  /** `/robots.txt`. */
+  robots: string;
   /** `/.well-known/api-catalog`. */
   apiCatalog: string;
   /** `/style.css`: the pages' only stylesheet. */
@@ -68,6 +70,7 @@ export const STATIC_FILES = [
   "deprecation-policy.md",
   "platform.md",
   "llms.txt",
+  "robots.txt",
   "openapi.json",
   "style.css",
   "favicon.svg",
@@ -314,6 +317,7 @@ export function loadContent(
     ),
     openapi: files["openapi.json"]!,
     llms: files["llms.txt"]!,
+    robots: files["robots.txt"]!,
     stylesheet: files["style.css"]!,
     icon: files["favicon.svg"]!,
     apiCatalog: JSON.stringify({

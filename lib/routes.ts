@@ -169,6 +169,8 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     ["/openapi.json", openapi],
     ["/openapi", openapi],
     ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
+    // Crawlers may index the portal (RFC 9309); counted like every path.
+    ["/robots.txt", fixed(rep(TYPES.text, content.robots, [NOT_NEGOTIATED]))],
     [
       API_CATALOG_PATH,
       fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED, catalogLink]), [

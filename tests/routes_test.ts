@@ -34,6 +34,7 @@ Deno.test("buildRoutes() has every public path with its default and Markdown typ
     ["/openapi.json", "application/json", "application/json"],
     ["/openapi", "application/json", "application/json"],
     ["/llms.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
+    ["/robots.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
     ["/style.css", "text/css; charset=utf-8", "text/css; charset=utf-8"],
     ["/favicon.svg", "image/svg+xml", "image/svg+xml"],
     [

@@ -78,6 +78,7 @@ const PATHS: readonly PathCase[] = [
   { path: "/openapi.json", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/openapi", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/llms.txt", type: TEXT_TYPE, negotiated: false, discovery: false },
+  { path: "/robots.txt", type: TEXT_TYPE, negotiated: false, discovery: false },
   { path: "/.well-known/api-catalog", type: LINKSET_TYPE, negotiated: false, discovery: false },
   {
     path: "/style.css",
@@ -338,6 +339,21 @@ Deno.test("RFC 9727: HEAD and GET of the API catalog, and every page, link to it
     catalog.headers.get("content-type"),
     'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
   );
+});
+
+Deno.test("/robots.txt lets crawlers index the portal, as text/plain, counted like every path", async () => {
+  await using api = await open({ RATE_LIMIT: "5" });
+  const reply = await api.call("/robots.txt");
+  assert.equal(reply.status, 200);
+  assert.equal(reply.headers.get("content-type"), TEXT_TYPE);
+  assert.equal(reply.headers.get("ratelimit-remaining"), "4", "counted");
+  // The groups of RFC 9309 section 2.1: every crawler, nothing disallowed.
+  const rules = reply.text.split("\n").map((line) => line.replace(/#.*/, "").trim())
+    .filter((line) => line !== "");
+  assert.deepEqual(rules, ["User-agent: *", "Allow: /"]);
+  assert.ok(!/sitemap:/i.test(reply.text), "no Sitemap line while no sitemap is served");
+  const documented = api.contract.document.paths["/robots.txt"];
+  assert.ok(documented, "the OpenAPI document lists /robots.txt");
 });
 
 Deno.test("aliases serve the same bytes: /api as /developers, /openapi as /openapi.json", async () => {
