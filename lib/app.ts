@@ -119,6 +119,16 @@ interface RouteTemplates {
 const ENCODER = new TextEncoder();
 
 /**
+ * What a CORS preflight is granted, on every path, known or not: the methods of the service and the
+ * request fields a page may send (negotiation and revalidation), remembered for a day.
+ */
+const CORS_ALLOW_FIELDS: readonly HeaderField[] = [
+  ["access-control-allow-methods", ALLOWED_METHODS],
+  ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
+  ["access-control-max-age", "86400"],
+];
+
+/**
  * Builds the service's fetch handler.
  *
  * @example
@@ -236,14 +246,7 @@ export function createHandler(options: HandlerOptions): Handler {
     preflight: {
       status: STATUS.NoContent,
       body: null,
-      fields: [
-        ...COMMON_FIELDS,
-        ["allow", ALLOWED_METHODS],
-        ["access-control-allow-methods", ALLOWED_METHODS],
-        ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
-        ["access-control-max-age", "86400"],
-        ...route.fields,
-      ],
+      fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS, ...route.fields],
     },
     methodNotAllowed: errorTemplates(methodNotAllowed, route.fields).get,
     badRequest: errorTemplates(badRequest, route.fields),
@@ -251,12 +254,19 @@ export function createHandler(options: HandlerOptions): Handler {
     unavailable: errorTemplates(rateLimitUnavailable, route.fields),
     internalError: errorTemplates(internalError, route.fields),
   });
+  // A preflight to an unknown path is granted like any other, so that the page's real request goes
+  // on and can read the JSON 404; it has no route fields (Link...) to add.
+  const unknownPreflight: ResponseTemplate = {
+    status: STATUS.NoContent,
+    body: null,
+    fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS],
+  };
   const routes = new Map<string, RouteTemplates>();
   for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
 
   // The 204 of OPTIONS: for a plain OPTIONS the decision was admitted; a preflight is never refused.
-  const preflight = (route: RouteTemplates, decision: Decision): Response =>
-    cache.respond(route.preflight, decision);
+  const preflight = (route: RouteTemplates | undefined, decision: Decision): Response =>
+    cache.respond(route ? route.preflight : unknownPreflight, decision);
 
   // Nearly every request names the same host: remember the last valid one.
   let lastValidHost = "";
@@ -316,10 +326,7 @@ export function createHandler(options: HandlerOptions): Handler {
       const peeked = store.peek(key, started);
       // Nor is it ever refused, so its answer carries no Retry-After, whatever the path.
       const finish = (peek: Decision) => {
-        const d = peek.allowed ? peek : { ...peek, allowed: true };
-        return route
-          ? preflight(route, d)
-          : cache.respond(pickNotFound(headers.get("accept")).get, d);
+        return preflight(route, peek.allowed ? peek : { ...peek, allowed: true });
       };
       return peeked instanceof Promise ? peeked.then(finish) : finish(peeked);
     }

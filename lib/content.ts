@@ -46,6 +46,8 @@ export interface Content {
   openapi: string;
   /** `/llms.txt`. */
   llms: string;
+  /** `/robots.txt`. */
+  robots: string;
   /** `/.well-known/api-catalog`. */
   apiCatalog: string;
   /** `/style.css`: the pages' only stylesheet. */
@@ -68,6 +70,7 @@ export const STATIC_FILES = [
   "deprecation-policy.md",
   "platform.md",
   "llms.txt",
+  "robots.txt",
   "openapi.json",
   "style.css",
   "favicon.svg",
@@ -75,24 +78,60 @@ export const STATIC_FILES = [
 
 /**
  * A Markdown renderer that escapes raw HTML: content can never inject markup or scripts into a page.
- * Headings get GitHub-style ids (linkable sections); tables are wrapped in a labelled, focusable box
- * that scrolls sideways on narrow screens, so keyboard users can scroll it too (WCAG 2.1.1).
+ * Headings get GitHub-style ids (linkable sections); a heading whose GitHub slug is empty (its text
+ * has no letter or digit, like the path `/`) gets `section-<n>` instead of an invalid empty id. Tables
+ * are wrapped in a focusable `<section>` that scrolls sideways on narrow screens, so keyboard users
+ * can scroll it too (WCAG 2.1.1); its label names the heading above it and the columns, and is made
+ * unique on the page, so screen readers can tell the regions apart.
  */
 function markdownRenderer(): (markdown: string) => string {
+  let heading = "";
+  const labels = new Set<string>();
   const marked = new Marked({ gfm: true }, gfmHeadingId(), {
+    hooks: {
+      preprocess(markdown: string) {
+        heading = "";
+        labels.clear();
+        return markdown;
+      },
+      postprocess(html: string) {
+        let unnamed = 0;
+        // marked-gfm-heading-id numbers repeated empty slugs "-1", "-2"...: all are unnamed.
+        return html.replace(/<h([1-6]) id="(?:-\d+)?">/g, (_, level) => {
+          unnamed += 1;
+          return `<h${level} id="section-${unnamed}">`;
+        });
+      },
+    },
     renderer: {
       html({ text }) {
         return escapeHtml(text);
       },
+      heading({ text }) {
+        heading = text.replaceAll("`", "");
+        return false;
+      },
       table(this: Renderer, token: Tokens.Table) {
-        const label = token.header.map((cell) => cell.text.replaceAll("`", "")).join(", ");
-        return `<div class="table-scroll" role="region" tabindex="0" aria-label="${
-          escapeHtml(`Table: ${label}`)
-        }">\n${Renderer.prototype.table.call(this, token)}</div>\n`;
+        const columns = token.header.map((cell) => cell.text.replaceAll("`", "")).join(", ");
+        const label = uniqueLabel(
+          heading ? `${heading}: table of ${columns}` : `Table of ${columns}`,
+          labels,
+        );
+        return `<section class="table-scroll" tabindex="0" aria-label="${escapeHtml(label)}">\n${
+          Renderer.prototype.table.call(this, token)
+        }</section>\n`;
       },
     },
   });
   return (markdown) => marked.parse(markdown, { async: false });
+}
+
+/** `label`, or `label (2)`, `label (3)`... when the page already has it; remembers the result. */
+function uniqueLabel(label: string, used: Set<string>): string {
+  let unique = label;
+  for (let n = 2; used.has(unique); n++) unique = `${label} (${n})`;
+  used.add(unique);
+  return unique;
 }
 
 /** The values of the placeholders, by name. */
@@ -290,6 +329,7 @@ export function loadContent(
     ),
     openapi: files["openapi.json"]!,
     llms: files["llms.txt"]!,
+    robots: files["robots.txt"]!,
     stylesheet: files["style.css"]!,
     icon: files["favicon.svg"]!,
     apiCatalog: JSON.stringify({
@@ -302,6 +342,8 @@ export function loadContent(
             type: "application/vnd.oai.openapi+json;version=3.1",
           }],
           "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
+          // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
+          deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
         },
       ],
     }),

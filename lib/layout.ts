@@ -59,6 +59,9 @@ export const STYLESHEET_PATH = "/style.css";
 /** Path of the icon, relative to the base URL; linked so browsers do not ask for `/favicon.ico`. */
 export const ICON_PATH = "/favicon.svg";
 
+/** Path of the RFC 9727 API catalog (a well-known URI, RFC 8615). */
+export const API_CATALOG_PATH = "/.well-known/api-catalog";
+
 /** The media type of the OpenAPI document in links. */
 const OPENAPI_TYPE = "application/vnd.oai.openapi+json";
 
@@ -69,13 +72,15 @@ export function escapeHtml(text: string): string {
 }
 
 /**
- * The typed links of a page: its Markdown alternate (when it has one) and the OpenAPI description.
+ * The typed links of a page: its Markdown alternate (when it has one), the OpenAPI description and
+ * the API catalog.
  *
  * @example
  * ```ts
  * pageLinks({ path: "/developers", title: "", description: "", markdownUrl: "https://x/developers" }, site);
  * // [{ href: "https://x/developers", rel: "alternate", type: "text/markdown" },
- * //  { href: "https://x/openapi.json", rel: "service-desc", type: "application/vnd.oai.openapi+json" }]
+ * //  { href: "https://x/openapi.json", rel: "service-desc", type: "application/vnd.oai.openapi+json" },
+ * //  { href: "https://x/.well-known/api-catalog", rel: "api-catalog", type: "application/linkset+json" }]
  * ```
  */
 export function pageLinks(page: PageMeta, site: Site): PageLink[] {
@@ -84,7 +89,20 @@ export function pageLinks(page: PageMeta, site: Site): PageLink[] {
     links.push({ href: page.markdownUrl, rel: "alternate", type: "text/markdown" });
   }
   links.push({ href: `${site.baseUrl}/openapi.json`, rel: "service-desc", type: OPENAPI_TYPE });
+  links.push(apiCatalogLink(site.baseUrl));
   return links;
+}
+
+/**
+ * The link to the service's API catalog (RFC 9727 `api-catalog` relation), which the catalog's own
+ * responses and every page carry.
+ */
+export function apiCatalogLink(baseUrl: string): PageLink {
+  return {
+    href: `${baseUrl}${API_CATALOG_PATH}`,
+    rel: "api-catalog",
+    type: "application/linkset+json",
+  };
 }
 
 /**
@@ -130,7 +148,7 @@ export function renderPage(contentHtml: string, page: PageMeta, site: Site): str
   }
   const support = site.supportUrl.replace(/^mailto:/, "");
 
-  return `<!doctype html>
+  return `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -141,7 +159,6 @@ export function renderPage(contentHtml: string, page: PageMeta, site: Site): str
 ${canonical}<link rel="stylesheet" href="${e(base + STYLESHEET_PATH)}">
 <link rel="icon" type="image/svg+xml" href="${e(base + ICON_PATH)}">
 ${head}
-<link rel="api-catalog" type="application/linkset+json" href="${e(base)}/.well-known/api-catalog">
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>

@@ -10,7 +10,14 @@
 
 import type { Config } from "./config.ts";
 import type { Content, Page } from "./content.ts";
-import { ICON_PATH, linkHeader, pageLinks, STYLESHEET_PATH } from "./layout.ts";
+import {
+  API_CATALOG_PATH,
+  apiCatalogLink,
+  ICON_PATH,
+  linkHeader,
+  pageLinks,
+  STYLESHEET_PATH,
+} from "./layout.ts";
 import { memoize, preferredType } from "./negotiate.ts";
 import { buildRepresentation, type Representation } from "./representation.ts";
 
@@ -142,6 +149,9 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
   );
   const developers = page(content.developers);
   const openapi = fixed(rep(TYPES.json, content.openapi, [NOT_NEGOTIATED]));
+  // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
+  // its other responses (304, 405, 429...) carry it too, as route fields.
+  const catalogLink: HeaderField = ["link", linkHeader([apiCatalogLink(config.baseUrl)])];
 
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
@@ -159,7 +169,14 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     ["/openapi.json", openapi],
     ["/openapi", openapi],
     ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
-    ["/.well-known/api-catalog", fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED]))],
+    // Crawlers may index the portal (RFC 9309); counted like every path.
+    ["/robots.txt", fixed(rep(TYPES.text, content.robots, [NOT_NEGOTIATED]))],
+    [
+      API_CATALOG_PATH,
+      fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED, catalogLink]), [
+        catalogLink,
+      ]),
+    ],
     [STYLESHEET_PATH, fixed(asset(TYPES.css, content.stylesheet))],
     [ICON_PATH, fixed(asset(TYPES.svg, content.icon))],
   ]);

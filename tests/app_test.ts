@@ -445,6 +445,48 @@ Deno.test("a preflight is never refused: no Retry-After, on known and unknown pa
   }
 });
 
+Deno.test("a CORS preflight to an unknown path is granted 204, uncounted; the real request gets its 404", async () => {
+  const { handler, close } = setup({ RATE_LIMIT: "5" });
+  try {
+    const preflight = {
+      origin: "https://app.example",
+      "access-control-request-method": "GET",
+      "access-control-request-headers": "if-none-match",
+    };
+    for (const path of ["/api/v2/platform", "/nope/deeper", "/api/v1/platform"]) {
+      const { response, text: body } = await send(handler, path, {
+        method: "OPTIONS",
+        headers: preflight,
+      });
+      assert.equal(response.status, 204, path);
+      assert.equal(body, "", path);
+      assert.equal(response.headers.get("access-control-allow-origin"), "*", path);
+      assert.equal(
+        response.headers.get("access-control-allow-methods"),
+        "GET, HEAD, OPTIONS",
+        path,
+      );
+      assert.match(
+        response.headers.get("access-control-allow-headers") ?? "",
+        /(^|, )If-None-Match(,|$)/i,
+        path,
+      );
+      assert.equal(response.headers.get("ratelimit-remaining"), "5", `${path}: not counted`);
+    }
+    const { response, text: body } = await send(handler, "/api/v2/platform", {
+      headers: { origin: "https://app.example", "if-none-match": '"x"' },
+    });
+    assert.equal(response.status, 404);
+    assert.equal(JSON.parse(body).error.code, "not_found");
+    assert.equal(response.headers.get("access-control-allow-origin"), "*");
+    assert.equal(response.headers.get("ratelimit-remaining"), "4", "the real request is counted");
+    const plain = await send(handler, "/api/v2/platform", { method: "OPTIONS" });
+    assert.equal(plain.response.status, 404, "an OPTIONS that is not a preflight is a request");
+  } finally {
+    close();
+  }
+});
+
 // ---------------------------------------------------------------------------------------------------
 // Access log
 

@@ -20,7 +20,7 @@ Deno.test("renderPage() escapes metadata and marks the current page", () => {
     description: "Say <hi>",
     markdownUrl: "https://d.example.com/developers",
   }, SITE);
-  assert.match(html, /^<!doctype html>\n<html lang="en">/);
+  assert.match(html, /^<!DOCTYPE html>\n<html lang="en">/);
   assert.match(html, /<title>Dev &quot;portal&quot; &lt;x&gt;<\/title>/);
   assert.match(html, /<meta name="description" content="Say &lt;hi&gt;">/);
   assert.match(

@@ -147,7 +147,7 @@ Deno.test({
       const { url } = await listeningAddress(binary.stderr);
       const response = await fetch(`${url}/developers`);
       assert.equal(response.status, 200);
-      assert.match(await response.text(), /<!doctype html>/);
+      assert.match(await response.text(), /<!DOCTYPE html>/);
     } finally {
       binary.kill("SIGTERM");
       await binary.status;

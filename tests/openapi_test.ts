@@ -143,6 +143,53 @@ Deno.test("servers[0].url is the configured public base URL", async () => {
   }
 });
 
+/** Every schema-like node that lists `required` property names, with its JSON pointer. */
+function requiredLists(value: unknown, at = ""): Array<[string, Json]> {
+  if (typeof value !== "object" || value === null) return [];
+  const found: Array<[string, Json]> = [];
+  const node = value as Json;
+  if (Array.isArray(node.required)) found.push([at, node]);
+  for (const [key, child] of Object.entries(node)) {
+    found.push(...requiredLists(child, `${at}/${key}`));
+  }
+  return found;
+}
+
+// What Redocly's `recommended` ruleset and Spectral's `spectral:oas` warned about (issue 9); the CLIs
+// themselves run against the served document in .ci/run.
+Deno.test("the served document meets the linters: licence, operation descriptions, defined required properties, a public server", async () => {
+  const publicBase = "https://discovery.legal-intelligence.test";
+  const { document } = await servedDocument({ PUBLIC_BASE_URL: publicBase });
+  const license = objectAt(document, "info", "license");
+  assert.ok(typeof license.name === "string" && license.name !== "", "info.license.name");
+  assert.ok(
+    typeof license.url === "string" || typeof license.identifier === "string",
+    "info.license has a url or an SPDX identifier (Redocly info-license-strict)",
+  );
+  const undescribed = operations(document)
+    .filter(([, , operation]) =>
+      typeof operation.description !== "string" || !operation.description
+    )
+    .map(([path, method]) => `${method.toUpperCase()} ${path}`);
+  assert.deepEqual(
+    undescribed,
+    [],
+    "every operation has a description (Spectral operation-description)",
+  );
+  const undefinedRequired = requiredLists(document).flatMap(([at, node]) =>
+    (node.required as unknown[]).filter((name) =>
+      typeof name === "string" && !(name in ((node.properties ?? {}) as Json))
+    ).map((name) => `${at}: ${String(name)}`)
+  );
+  assert.deepEqual(
+    undefinedRequired,
+    [],
+    "every required property is defined (Redocly no-required-schema-properties-undefined)",
+  );
+  const servers = (document as unknown as { servers: Array<{ url: string }> }).servers;
+  assert.deepEqual(servers.map((server) => server.url), [publicBase]);
+});
+
 Deno.test("every path of the route table is described with GET, HEAD and OPTIONS, and nothing more", async () => {
   await using server = await startServer();
   const response = await rawRequest(server.url, "/openapi.json");

@@ -79,7 +79,7 @@ Deno.test("GET /favicon.svg is the SVG icon, cacheable for an hour", async () =>
   assert.match(await response.text(), /^<svg /);
 });
 
-Deno.test("HTML pages carry Link to their Markdown and to the OpenAPI document, matching their <link> elements", async () => {
+Deno.test("HTML pages carry Link to their Markdown, the OpenAPI document and the API catalog, matching their <link> elements", async () => {
   const h = handler();
   const expected: Record<string, string> = {
     "/": `${BASE}/`,
@@ -93,7 +93,7 @@ Deno.test("HTML pages carry Link to their Markdown and to the OpenAPI document, 
     const markdown = expected[path]!;
     assert.equal(
       response.headers.get("link"),
-      `<${markdown}>; rel="alternate"; type="text/markdown", <${BASE}/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"`,
+      `<${markdown}>; rel="alternate"; type="text/markdown", <${BASE}/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json", <${BASE}/.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"`,
       path,
     );
     assert.ok(
@@ -161,11 +161,17 @@ Deno.test("/developers carries the generated API reference in HTML and in Markdo
       '<pre><code class="language-sh">curl -s -H &#39;Accept: text/markdown&#39; https://portal.example/api/v1/platform\n</code></pre>',
     ),
   );
-  // Wide tables scroll in a focusable, labelled region (keyboard users can scroll them too).
-  assert.match(
-    html,
-    /<div class="table-scroll" role="region" tabindex="0" aria-label="Table: Status, Methods, Meaning, Header fields">/,
-  );
+  // Wide tables scroll in a focusable region (keyboard users can scroll them too), labelled by the
+  // heading above and the columns, so that each region has its own name.
+  assert.ok(html.includes(
+    '<section class="table-scroll" tabindex="0" aria-label="/api/v1/platform: table of Status, Methods, Meaning, Header fields">',
+  ));
+  const labels = [...html.matchAll(/<section class="table-scroll" [^>]*aria-label="([^"]+)"/g)]
+    .map((m) => m[1]);
+  assert.ok(labels.length > 13, "the reference has a table per path");
+  assert.equal(new Set(labels).size, labels.length, "no two regions share a label");
+  assert.match(html, /<h3 id="section-1"><code>\/<\/code><\/h3>/, "the path / gets a non-empty id");
+  assert.ok(!html.includes('id=""'));
 });
 
 Deno.test("a page's Markdown link is a plain link only where a browser can open it", async () => {
@@ -201,7 +207,7 @@ Deno.test("linkHeader() formats the page links as RFC 8288 link-values", () => {
   const links = pageLinks({ path: "/p", title: "T", description: "D" }, site);
   assert.equal(
     linkHeader(links),
-    '<https://x.example/base/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"',
+    '<https://x.example/base/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json", <https://x.example/base/.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"',
   );
   const html = renderPage("<h1>T</h1>", { path: "/p", title: "T <&>", description: 'D "q"' }, site);
   assert.ok(html.includes("<title>T &lt;&amp;&gt;</title>"));

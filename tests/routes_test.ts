@@ -34,6 +34,7 @@ Deno.test("buildRoutes() has every public path with its default and Markdown typ
     ["/openapi.json", "application/json", "application/json"],
     ["/openapi", "application/json", "application/json"],
     ["/llms.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
+    ["/robots.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"],
     ["/style.css", "text/css; charset=utf-8", "text/css; charset=utf-8"],
     ["/favicon.svg", "image/svg+xml", "image/svg+xml"],
     [
@@ -86,4 +87,7 @@ Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and se
   assert.equal(body.linkset[1].anchor, "https://d.example.com/api/v1/platform");
   assert.equal(body.linkset[1]["service-desc"][0].href, "https://d.example.com/openapi.json");
   assert.equal(body.linkset[1]["service-doc"][0].href, "https://d.example.com/developers");
+  assert.deepEqual(body.linkset[1].deprecation, [
+    { href: "https://d.example.com/developers/deprecation-policy", type: "text/html" },
+  ]);
 });

@@ -13,6 +13,8 @@
 
 import assert from "node:assert/strict";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
+// @ts-types="npm:@types/http-link-header@1.0.7"
+import LinkHeader from "http-link-header";
 import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import {
@@ -58,6 +60,9 @@ interface PathCase {
   cache?: string;
 }
 
+/** The RFC 9727 API catalog: every response of it links to itself (`api-catalog`). */
+const CATALOG = "/.well-known/api-catalog";
+
 const PATHS: readonly PathCase[] = [
   { path: "/api/v1/platform", type: JSON_TYPE, negotiated: true, discovery: true },
   { path: "/developers", type: HTML_TYPE, negotiated: true, discovery: false },
@@ -73,6 +78,7 @@ const PATHS: readonly PathCase[] = [
   { path: "/openapi.json", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/openapi", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/llms.txt", type: TEXT_TYPE, negotiated: false, discovery: false },
+  { path: "/robots.txt", type: TEXT_TYPE, negotiated: false, discovery: false },
   { path: "/.well-known/api-catalog", type: LINKSET_TYPE, negotiated: false, discovery: false },
   {
     path: "/style.css",
@@ -299,6 +305,55 @@ Deno.test("each path's default body is the document it names", async () => {
     `${TEST_BASE_URL}/.well-known/api-catalog`,
     `${TEST_BASE_URL}/api/v1/platform`,
   ]);
+});
+
+Deno.test("RFC 9727: HEAD and GET of the API catalog, and every page, link to it with rel=api-catalog", async () => {
+  await using api = await open({ RATE_LIMIT: "1000" });
+  const catalogUrl = `${TEST_BASE_URL}${CATALOG}`;
+  const catalogLinks = (reply: { headers: Headers }, what: string) => {
+    const value = reply.headers.get("link");
+    assert.ok(value, `${what}: Link`);
+    return LinkHeader.parse(value).rel("api-catalog").map((link) => link.uri);
+  };
+  for (const method of ["HEAD", "GET"]) {
+    const reply = await api.call(CATALOG, { method });
+    assert.equal(reply.status, 200);
+    assert.deepEqual(catalogLinks(reply, `${method} ${CATALOG}`), [catalogUrl], method);
+  }
+  const etag = (await api.call(CATALOG)).headers.get("etag")!;
+  const revalidated = await api.call(CATALOG, { headers: { "if-none-match": etag } });
+  assert.equal(revalidated.status, 304);
+  assert.deepEqual(catalogLinks(revalidated, "304"), [catalogUrl]);
+  for (const path of ["/", "/developers", "/api", "/developers/deprecation-policy"]) {
+    const reply = await api.call(path, { method: "HEAD" });
+    assert.deepEqual(catalogLinks(reply, path), [catalogUrl], path);
+  }
+  const page = await api.call("/developers");
+  assert.ok(
+    page.text.includes(
+      `<link rel="api-catalog" type="application/linkset+json" href="${catalogUrl}">`,
+    ),
+  );
+  const catalog = await api.call(CATALOG);
+  assert.equal(
+    catalog.headers.get("content-type"),
+    'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+  );
+});
+
+Deno.test("/robots.txt lets crawlers index the portal, as text/plain, counted like every path", async () => {
+  await using api = await open({ RATE_LIMIT: "5" });
+  const reply = await api.call("/robots.txt");
+  assert.equal(reply.status, 200);
+  assert.equal(reply.headers.get("content-type"), TEXT_TYPE);
+  assert.equal(reply.headers.get("ratelimit-remaining"), "4", "counted");
+  // The groups of RFC 9309 section 2.1: every crawler, nothing disallowed.
+  const rules = reply.text.split("\n").map((line) => line.replace(/#.*/, "").trim())
+    .filter((line) => line !== "");
+  assert.deepEqual(rules, ["User-agent: *", "Allow: /"]);
+  assert.ok(!/sitemap:/i.test(reply.text), "no Sitemap line while no sitemap is served");
+  const documented = api.contract.document.paths["/robots.txt"];
+  assert.ok(documented, "the OpenAPI document lists /robots.txt");
 });
 
 Deno.test("aliases serve the same bytes: /api as /developers, /openapi as /openapi.json", async () => {
@@ -564,7 +619,7 @@ Deno.test("OPTIONS answers 204 with Allow and CORS fields on every path, plain a
         what,
       );
       assert.equal(reply.headers.get("access-control-max-age"), "86400", what);
-      assert.equal(reply.headers.has("link"), discovery, `${what}: Link`);
+      assert.equal(reply.headers.has("link"), discovery || path === CATALOG, `${what}: Link`);
     }
   }
 });
@@ -592,7 +647,7 @@ Deno.test("POST, PUT, DELETE and PATCH on every public path answer 405 with Allo
           "method_not_allowed",
           what,
         );
-        assert.equal(reply.headers.has("link"), discovery, `${what}: Link`);
+        assert.equal(reply.headers.has("link"), discovery || path === CATALOG, `${what}: Link`);
       }
     }
   }
@@ -887,7 +942,7 @@ Deno.test("a CORS preflight is not counted, a plain OPTIONS is", async () => {
     assert.deepEqual(rate(preflight), { remaining: 3, reset: 0 }, "nothing counted yet");
   }
   const unknown = await api.call("/nope", { method: "OPTIONS", headers: PREFLIGHT });
-  assert.equal(unknown.status, 404);
+  assert.equal(unknown.status, 204, "a preflight to an unknown path is granted too");
   assert.equal(rate(unknown).remaining, 3, "a preflight to an unknown path is not counted either");
   assert.equal(rate(await api.call("/api/v1/platform")).remaining, 2);
   const preflight = await api.call("/developers", { method: "OPTIONS", headers: PREFLIGHT });
