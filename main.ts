@@ -97,7 +97,9 @@ const store = await openRateLimitStore(config, {
 }).catch((error) =>
   fatalSentence(
     config.rateLimitStore === "kv"
-      ? explainKvError(error, config.kvPath)
+      ? explainKvError(error, config.kvPath, {
+        onDenoDeploy: onDenoDeploy((name) => Deno.env.get(name)),
+      })
       : explainStartupError(error),
   )
 );

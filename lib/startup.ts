@@ -62,13 +62,29 @@ function isFile(path: string): boolean {
  * Explains why the Deno KV database at `KV_PATH` could not be opened.
  *
  * @param path `KV_PATH`, or undefined for `Deno.openKv()`'s default location
+ * @param options `onDenoDeploy`: the default location is the database attached to the app there;
+ * `kvEnabled`: whether the runtime has `Deno.openKv` (by default, asked of the runtime)
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const sentence = explainKvError(new Error("no database"), undefined, { onDenoDeploy: true });
+ * assert.match(sentence, /attach a Deno KV database to the app/);
+ * ```
  */
-export function explainKvError(error: unknown, path: string | undefined): string {
+export function explainKvError(
+  error: unknown,
+  path: string | undefined,
+  options: { onDenoDeploy?: boolean; kvEnabled?: boolean } = {},
+): string {
   const named = path === undefined ? "the default Deno KV database" : `KV_PATH ${path}`;
   const start = `Cannot open ${named}`;
   const dir = path !== undefined && isFile(path) ? dirname(resolve(path)) : undefined;
   let reason: string;
-  if (error instanceof Deno.errors.NotCapable) {
+  if (!(options.kvEnabled ?? typeof Deno.openKv === "function")) {
+    reason =
+      'Deno KV is not enabled in this runtime, so run with --unstable-kv (deno.json\'s "unstable": ["kv"] enables it for deno run, deno serve and Deno Deploy; deno task compile passes the flag)';
+  } else if (error instanceof Deno.errors.NotCapable) {
     reason = dir === undefined
       ? `this process may not open it, so grant the access it asks for (${messageOf(error)})`
       : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only)`;
@@ -85,6 +101,10 @@ export function explainKvError(error: unknown, path: string | undefined): string
       `the database cannot be created or written there, so give the service's user read and write access to ${
         dir ?? "it"
       } (on a writable file system)`;
+  } else if (path === undefined && options.onDenoDeploy) {
+    reason = `${
+      messageOf(error)
+    }, so attach a Deno KV database to the app (Databases, Assign) or set RATE_LIMIT_STORE=memory`;
   } else {
     reason = `${messageOf(error)}, so check KV_PATH`;
   }
