@@ -30,6 +30,13 @@ function event(
   console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
 }
 
+function errorFields(error: unknown): Record<string, unknown> {
+  return {
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  };
+}
+
 function fatal(errors: string[]): never {
   console.error(formatConfigErrors(errors));
   Deno.exit(1);
@@ -72,11 +79,14 @@ const fetch = createHandler({
   content: contentResult.content,
   store,
   ...(accessLog ? { accessLog: accessLog.log } : {}),
-  onError: (error) =>
-    event("error", "unexpected error answered 500", {
-      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-      stack: error instanceof Error ? error.stack : undefined,
-    }),
+  onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
+  // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
+  warmUp: {
+    onDone: ({ variants, ms }) =>
+      event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) }),
+    onError: (error) =>
+      event("error", "a representation cannot be built: its path answers 500", errorFields(error)),
+  },
 });
 
 export default { fetch } satisfies Deno.ServeDefaultExport;

@@ -62,6 +62,23 @@ export interface AccessRecord {
   caller: string;
 }
 
+/** Options of the warm-up of {@linkcode HandlerOptions}. */
+export interface WarmUpOptions {
+  /**
+   * How long after start-up the warm-up begins, in ms (default {@linkcode WARM_UP_DELAY_MS}). Each
+   * step runs on the event loop (brotli has no off-thread form in Deno): a request arriving during a
+   * step waits for it, so the steps wait until the first requests of a cold start are answered.
+   */
+  delayMs?: number;
+  /** Called once every variant is built, with how many were built and the ms it took in all. */
+  onDone?: (report: { variants: number; ms: number }) => void;
+  /** Receives a failure to build a representation; the warm-up goes on with the next one. */
+  onError?: (error: unknown) => void;
+}
+
+/** Default delay of the warm-up: a cold start's first requests are answered before it begins. */
+export const WARM_UP_DELAY_MS = 500;
+
 /** A fetch handler as `Deno.serve` calls it. */
 export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
 
@@ -81,6 +98,12 @@ export interface HandlerOptions {
   onError?: (error: unknown) => void;
   /** Options of the cache of prebuilt responses. */
   responseCache?: ResponseCacheOptions;
+  /**
+   * Build every representation and compressed variant in the background, one per macrotask, starting
+   * `warmUp.delayMs` after start-up, so that later requests do not wait for them. Until then (and
+   * without a warm-up) each is built by the first request that needs it.
+   */
+  warmUp?: WarmUpOptions;
 }
 
 interface ErrorResponse {
@@ -224,12 +247,21 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     return built;
   };
+  // A coding's variant is compressed the first time a request asks for it (representation.ts); its
+  // templates are kept here, so every later request reads a plain field.
   const variantsOf = (representation: Representation): Record<Encoding, VariantTemplates> => {
-    const built = {} as Record<Encoding, VariantTemplates>;
-    for (const [encoding, variant] of Object.entries(representation.variants)) {
-      built[encoding as Encoding] = templatesOfVariant(variant);
-    }
-    return built;
+    const { variants } = representation;
+    let br: VariantTemplates | undefined;
+    let gzip: VariantTemplates | undefined;
+    return {
+      identity: templatesOfVariant(variants.identity),
+      get br() {
+        return br ??= templatesOfVariant(variants.br);
+      },
+      get gzip() {
+        return gzip ??= templatesOfVariant(variants.gzip);
+      },
+    };
   };
   const templatesOf = (route: Route): RouteTemplates => ({
     pick: memoize((accept) => variantsOf(route.pick(accept))),
@@ -252,7 +284,9 @@ export function createHandler(options: HandlerOptions): Handler {
     internalError: errorTemplates(internalError, route.fields),
   });
   const routes = new Map<string, RouteTemplates>();
-  for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
+  const table = buildRoutes(config, content);
+  for (const [path, route] of table) routes.set(path, templatesOf(route));
+  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
 
   // The 204 of OPTIONS: for a plain OPTIONS the decision was admitted; a preflight is never refused.
   const preflight = (route: RouteTemplates, decision: Decision): Response =>
@@ -395,4 +429,43 @@ export function createHandler(options: HandlerOptions): Handler {
     record(request, key, started, path, result.status);
     return result;
   };
+}
+
+/**
+ * Builds every representation of `routes` and its compressed variants, one step per macrotask so
+ * that requests arriving meanwhile are answered between steps.
+ */
+function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
+  const steps: Array<() => void> = [];
+  let variants = 0;
+  const compress = (representation: Representation, encoding: "br" | "gzip") => () => {
+    void representation.variants[encoding];
+    variants++;
+  };
+  for (const route of routes) {
+    steps.push(() => {
+      for (const representation of route.representations()) {
+        variants++;
+        steps.push(compress(representation, "br"), compress(representation, "gzip"));
+      }
+    });
+  }
+  let started = 0;
+  const next = () => {
+    const step = steps.shift();
+    if (step === undefined) {
+      options.onDone?.({ variants, ms: performance.now() - started });
+      return;
+    }
+    try {
+      step();
+    } catch (error) {
+      options.onError?.(error);
+    }
+    setTimeout(next, 0);
+  };
+  setTimeout(() => {
+    started = performance.now();
+    next();
+  }, options.delayMs ?? WARM_UP_DELAY_MS);
 }

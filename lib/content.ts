@@ -7,6 +7,10 @@
  * filled `openapi.json` (see `api_reference.ts`). An unknown placeholder or a missing file is a start-up
  * error, not a broken page.
  *
+ * Files are read, parsed and filled at start-up; the API reference and each page's HTML are built the
+ * first time they are read (`Page` properties are getters that build once), so that they do not delay
+ * the first response (README, "Cold start").
+ *
  * @module
  */
 
@@ -20,15 +24,18 @@ import { escapeHtml, type PageMeta, renderPage, type Site } from "./layout.ts";
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "static");
 
-/** A page with both of its representations. */
+/** A page with both of its representations; each property is built the first time it is read. */
 export interface Page {
   /** Layout metadata (title, description, path). */
-  meta: PageMeta;
+  readonly meta: PageMeta;
   /** The Markdown, placeholders filled. */
-  markdown: string;
+  readonly markdown: string;
   /** The whole HTML document. */
-  html: string;
+  readonly html: string;
 }
+
+/** Stands for `{{api_reference}}` in filled Markdown until the reference is generated. */
+const API_REFERENCE_MARK = "\u0000api_reference\u0000";
 
 /** Every body the service sends with 200, as text. */
 export interface Content {
@@ -188,9 +195,10 @@ export function loadContent(
   const values = placeholders(config);
   const files: Partial<Record<typeof STATIC_FILES[number], string>> = {};
 
-  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document. Until
-  // then it is empty, so a broken openapi.json is reported once, not again by every page using it.
-  const pageValues: Record<string, string> = { ...values, api_reference: "" };
+  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document, when a
+  // page using it is first read; until then a mark holds its place.
+  const pageValues: Record<string, string> = { ...values, api_reference: API_REFERENCE_MARK };
+  let openapiDocument: unknown;
   const order = [
     "openapi.json",
     ...STATIC_FILES.filter((name) => name !== "openapi.json"),
@@ -223,21 +231,15 @@ export function loadContent(
       const filledJson = fillJson(parsed, values, unknown);
       files[name] = JSON.stringify(filledJson);
       if (unknown.length > 0) errors.push(unknownMessage(name, unknown));
-      if (name === "openapi.json" && unknown.length === 0) {
-        try {
-          pageValues.api_reference = apiReferenceMarkdown(filledJson);
-        } catch (error) {
-          errors.push(
-            `static/${name}: the API reference cannot be generated: ${
-              error instanceof Error ? error.message : String(error)
-            }`,
-          );
-        }
-      }
+      if (name === "openapi.json") openapiDocument = filledJson;
     } else if (name.endsWith(".css") || name.endsWith(".svg")) {
       files[name] = raw;
     } else {
-      const filled = fill(raw, name.endsWith(".md") ? pageValues : values);
+      // platform.md is served as it is, not as a page: it has no API reference.
+      const filled = fill(
+        raw,
+        name.endsWith(".md") && name !== "platform.md" ? pageValues : values,
+      );
       files[name] = filled.text;
       if (filled.unknown.length > 0) errors.push(unknownMessage(name, filled.unknown));
     }
@@ -245,17 +247,27 @@ export function loadContent(
   if (errors.length > 0) return { ok: false, errors };
 
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
-  const render = markdownRenderer();
-  const page = (file: string, path: string, markdownPath: string): Page => {
-    const markdown = files[file as typeof STATIC_FILES[number]]!;
-    const meta: PageMeta = {
-      path,
-      title: pageTitle(titleOf(markdown), config.name),
-      description: summaryOf(markdown) ?? config.description,
-      markdownUrl: config.baseUrl + markdownPath,
-    };
-    return { meta, markdown, html: renderPage(render(markdown), meta, site) };
-  };
+  let renderer: ((markdown: string) => string) | undefined;
+  const render = (markdown: string) => (renderer ??= markdownRenderer())(markdown);
+  let apiReference: string | undefined;
+  const withReference = (markdown: string) =>
+    markdown.includes(API_REFERENCE_MARK)
+      ? markdown.replaceAll(
+        API_REFERENCE_MARK,
+        apiReference ??= apiReferenceMarkdown(openapiDocument),
+      )
+      : markdown;
+  const page = (file: string, path: string, markdownPath: string): Page =>
+    lazyPage(() => {
+      const markdown = withReference(files[file as typeof STATIC_FILES[number]]!);
+      const meta: PageMeta = {
+        path,
+        title: pageTitle(titleOf(markdown), config.name),
+        description: summaryOf(markdown) ?? config.description,
+        markdownUrl: config.baseUrl + markdownPath,
+      };
+      return { meta, markdown, html: () => renderPage(render(markdown), meta, site) };
+    });
 
   const base = config.baseUrl;
   const content: Content = {
@@ -297,6 +309,24 @@ export function loadContent(
     renderMarkdown: render,
   };
   return { ok: true, content };
+}
+
+/** A {@linkcode Page} whose Markdown and metadata are built on first read, and its HTML after them. */
+function lazyPage(build: () => { meta: PageMeta; markdown: string; html: () => string }): Page {
+  let built: ReturnType<typeof build> | undefined;
+  let html: string | undefined;
+  const get = () => built ??= build();
+  return {
+    get meta() {
+      return get().meta;
+    },
+    get markdown() {
+      return get().markdown;
+    },
+    get html() {
+      return html ??= get().html();
+    },
+  };
 }
 
 function unknownMessage(file: string, names: string[]): string {

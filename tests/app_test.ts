@@ -478,3 +478,65 @@ Deno.test("the access log keeps the path without query string and a truncated ca
     close();
   }
 });
+
+// ---------------------------------------------------------------------------------------------------
+// Built on demand and warmed up in the background
+
+/** The status, coding, ETag and raw bytes of `GET path` with `Accept-Encoding: encoding`. */
+async function rawVariant(handler: Handler, path: string, encoding: string, accept = "*/*") {
+  const response = await handler(
+    new Request(`http://localhost${path}`, {
+      headers: { "accept-encoding": encoding, accept },
+    }),
+    { remoteAddr: { transport: "tcp", hostname: "192.0.2.9", port: 1 } },
+  );
+  return {
+    status: response.status,
+    coding: response.headers.get("content-encoding"),
+    etag: response.headers.get("etag"),
+    bytes: new Uint8Array(await response.arrayBuffer()),
+  };
+}
+
+const WARMED_PATHS = ["/", "/developers", "/openapi.json", "/llms.txt", "/api/v1/platform"];
+
+Deno.test("the warm-up builds every representation and coding, and answers equal those built by the first request", async () => {
+  const config = testConfig({ RATE_LIMIT: "1000" });
+  const content = testContent(config);
+  const policy = { limit: 1000, windowMs: 60_000 };
+  const { promise: warmed, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  const errors: unknown[] = [];
+  const stores = [
+    new MemoryStore(policy, { sweep: false }),
+    new MemoryStore(policy, { sweep: false }),
+  ];
+  try {
+    const warm = createHandler({
+      config,
+      content,
+      store: stores[0]!,
+      warmUp: { delayMs: 0, onDone: resolve, onError: (error) => errors.push(error) },
+    });
+    const report = await warmed;
+    assert.deepEqual(errors, []);
+    // 12 paths, 10 routes (/api and /openapi share theirs): 4 negotiated (2 representations each), 6
+    // fixed; each representation has an identity, a br and a gzip variant.
+    assert.equal(report.variants, (4 * 2 + 6) * 3);
+    const onDemand = createHandler({ config, content: testContent(config), store: stores[1]! });
+    for (const path of WARMED_PATHS) {
+      for (const encoding of ["br", "gzip", "identity"]) {
+        for (const accept of ["*/*", "text/markdown"]) {
+          const built = await rawVariant(onDemand, path, encoding, accept);
+          const ready = await rawVariant(warm, path, encoding, accept);
+          assert.equal(built.status, 200, `${path} ${encoding} ${accept}`);
+          assert.deepEqual(ready, built, `${path} ${encoding} ${accept}`);
+          if (encoding !== "identity" && path !== "/api/v1/platform") {
+            assert.equal(built.coding, encoding, `${path} ${encoding} ${accept}`);
+          }
+        }
+      }
+    }
+  } finally {
+    for (const store of stores) store.close();
+  }
+});

@@ -125,3 +125,28 @@ Deno.test("fill(), titleOf() and summaryOf() do what the pages need", () => {
     "The first real paragraph.",
   );
 });
+
+Deno.test("loadContent() defers the API reference and the pages' HTML: a reference that cannot be generated fails only the page that uses it", () => {
+  const files = realFiles();
+  const openapi = JSON.parse(files["openapi.json"]!);
+  openapi.paths["/api/v1/platform"].get.responses["200"] = { $ref: "https://elsewhere.example/x" };
+  files["openapi.json"] = JSON.stringify(openapi);
+  const result = load(files);
+  assert.ok(result.ok, result.ok ? "" : result.errors.join("\n"));
+  const content = result.content;
+  assert.match(content.home.html, /<!doctype html>/);
+  assert.match(content.openapi, /elsewhere\.example/);
+  assert.throws(() => content.developers.markdown, /only local references are supported/);
+  assert.throws(() => content.developers.html, /only local references are supported/);
+});
+
+Deno.test("loadContent() puts the generated API reference where {{api_reference}} stands, in Markdown and HTML", () => {
+  const result = loadContent(config());
+  assert.ok(result.ok);
+  const { developers } = result.content;
+  assert.ok(!developers.markdown.includes("\u0000"));
+  assert.ok(!developers.markdown.includes("{{api_reference}}"));
+  assert.match(developers.markdown, /curl /);
+  assert.match(developers.html, /<code class="language-sh">curl /);
+  assert.equal(developers.html, result.content.developers.html);
+});
