@@ -80,6 +80,11 @@ const fetch = createHandler({
   store,
   ...(accessLog ? { accessLog: accessLog.log } : {}),
   onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
+  onNoAddress: () =>
+    event(
+      "error",
+      'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (README, "Caller identity"). Said once.',
+    ),
   // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
   warmUp: {
     onDone: ({ variants, ms }) =>

@@ -10,7 +10,7 @@
  * @module
  */
 
-import { createCallerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
+import { createCallerKey, NO_ADDRESS_KEY, type PeerInfo, truncatedAddress } from "./caller.ts";
 import type { Config } from "./config.ts";
 import type { Content } from "./content.ts";
 import {
@@ -96,6 +96,12 @@ export interface HandlerOptions {
   accessLog?: (record: AccessRecord) => void;
   /** Receives unexpected errors (answered 500). */
   onError?: (error: unknown) => void;
+  /**
+   * Called once, the first time a request's caller has no IP address (a unix-socket or vsock peer
+   * not trusted by `TRUSTED_PROXIES=unix`, or one that forwarded no client address): such requests
+   * share one rate-limit budget, which the operator must hear about.
+   */
+  onNoAddress?: () => void;
   /** Options of the cache of prebuilt responses. */
   responseCache?: ResponseCacheOptions;
   /**
@@ -162,9 +168,20 @@ export function createHandler(options: HandlerOptions): Handler {
     limit: String(config.rateLimit),
   };
   const cache = createResponseCache(rateConstants, options.responseCache);
+  let toldNoAddress = false;
+  const onNoAddress = options.onNoAddress;
   const callerKey = createCallerKey({
     trustedProxies: config.trustedProxies,
     forwardedHeader: config.forwardedHeader,
+    ...(onNoAddress
+      ? {
+        onNoAddress: () => {
+          if (toldNoAddress) return;
+          toldNoAddress = true;
+          onNoAddress();
+        },
+      }
+      : {}),
   });
 
   const errorOf = (code: ErrorCode, type: "json" | "markdown" | "html"): ErrorResponse => {
@@ -405,7 +422,7 @@ export function createHandler(options: HandlerOptions): Handler {
       path,
       status,
       ms: Math.round((now() - started) * 1000) / 1000,
-      caller: key === "unix" ? "unix" : truncated(key),
+      caller: key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncated(key),
     });
   };
 

@@ -221,3 +221,57 @@ Deno.test("under deno serve, SIGTERM still writes the access-log lines waiting i
     await process.status;
   }
 });
+
+Deno.test("under deno serve on a unix socket, main.ts warns once on stderr that callers without an address share one budget", async () => {
+  const dir = Deno.makeTempDirSync();
+  const socket = join(dir, "discovery.sock");
+  const process = new Deno.Command(Deno.execPath(), {
+    // Listening on a unix socket needs read and write access to its path.
+    args: [
+      "serve",
+      "--allow-net",
+      "--allow-env",
+      `--allow-read=${join(ROOT, "static")},${dir}`,
+      `--allow-write=${dir}`,
+      MAIN,
+    ],
+    cwd: ROOT,
+    env: {
+      DENO_SERVE_ADDRESS: `unix:${socket}`,
+      PUBLIC_BASE_URL: "https://discovery.example.com",
+      ACCESS_LOG: "false",
+      NO_COLOR: "1",
+    },
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const stderr = new Response(process.stderr).text();
+  const client = Deno.createHttpClient({ proxy: { transport: "unix", path: socket } });
+  try {
+    const statuses: number[] = [];
+    for (let attempt = 0; attempt < 200 && statuses.length < 3; attempt++) {
+      try {
+        const response = await fetch("http://localhost/llms.txt", { client });
+        await response.body?.cancel();
+        statuses.push(response.status);
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+    assert.deepEqual(statuses, [200, 200, 200]);
+    process.kill("SIGTERM");
+    await process.status;
+    const warnings = (await stderr).split("\n").filter((line) => line.includes("no IP address"));
+    assert.equal(warnings.length, 1, await stderr);
+    const warning = JSON.parse(warnings[0]!);
+    assert.equal(warning.level, "error");
+    assert.match(warning.message, /ONE rate-limit budget/);
+    assert.match(warning.message, /TRUSTED_PROXIES=unix/);
+  } finally {
+    client.close();
+    try {
+      process.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await process.status;
+  }
+});
