@@ -132,10 +132,22 @@ interface VariantTemplates {
   notModified: ResponseTemplate;
 }
 
+/**
+ * The templates of one representation per coding. A coding's templates are built the first time a
+ * request asks for it (compressing then, see `representation.ts`) and kept in a plain field: every
+ * later request reads the field, nothing else.
+ */
+interface VariantSet {
+  identity: VariantTemplates;
+  br: VariantTemplates | undefined;
+  gzip: VariantTemplates | undefined;
+  readonly representation: Representation;
+}
+
 /** Every response of one path, built at start-up. */
 interface RouteTemplates {
   /** The variants of the representation an `Accept` value selects (memoised). */
-  pick: (accept: string | null) => Readonly<Record<Encoding, VariantTemplates>>;
+  pick: (accept: string | null) => VariantSet;
   preflight: ResponseTemplate;
   methodNotAllowed: ResponseTemplate;
   badRequest: ErrorTemplates;
@@ -264,22 +276,14 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     return built;
   };
-  // A coding's variant is compressed the first time a request asks for it (representation.ts); its
-  // templates are kept here, so every later request reads a plain field.
-  const variantsOf = (representation: Representation): Record<Encoding, VariantTemplates> => {
-    const { variants } = representation;
-    let br: VariantTemplates | undefined;
-    let gzip: VariantTemplates | undefined;
-    return {
-      identity: templatesOfVariant(variants.identity),
-      get br() {
-        return br ??= templatesOfVariant(variants.br);
-      },
-      get gzip() {
-        return gzip ??= templatesOfVariant(variants.gzip);
-      },
-    };
-  };
+  const variantsOf = (representation: Representation): VariantSet => ({
+    identity: templatesOfVariant(representation.variants.identity),
+    br: undefined,
+    gzip: undefined,
+    representation,
+  });
+  const coded = (set: VariantSet, encoding: Encoding): VariantTemplates =>
+    set[encoding] = templatesOfVariant(set.representation.variants[encoding]);
   const templatesOf = (route: Route): RouteTemplates => ({
     pick: memoize((accept) => variantsOf(route.pick(accept))),
     preflight: {
@@ -339,8 +343,9 @@ export function createHandler(options: HandlerOptions): Handler {
       return cache.respond(method === "HEAD" ? missing.head : missing.get, decision);
     }
     if (method === "GET" || method === "HEAD") {
-      const variant =
-        route.pick(headers.get("accept"))[pickEncoding(headers.get("accept-encoding"))];
+      const set = route.pick(headers.get("accept"));
+      const encoding = pickEncoding(headers.get("accept-encoding"));
+      const variant = set[encoding] ?? coded(set, encoding);
       const ifNoneMatch = headers.get("if-none-match");
       if (ifNoneMatch !== null && ifNoneMatchMatches(ifNoneMatch, variant.etag)) {
         return cache.respond(variant.notModified, decision);
