@@ -146,6 +146,10 @@ interface VariantSet {
 
 /** Every response of one path, built at start-up. */
 interface RouteTemplates {
+  /** Whether the route's representations can be built (see `Route.prepare`). */
+  ready: boolean;
+  /** Makes the route ready. */
+  prepare: () => Promise<void>;
   /** The variants of the representation an `Accept` value selects (memoised). */
   pick: (accept: string | null) => VariantSet;
   preflight: ResponseTemplate;
@@ -285,6 +289,11 @@ export function createHandler(options: HandlerOptions): Handler {
   const coded = (set: VariantSet, encoding: Encoding): VariantTemplates =>
     set[encoding] = templatesOfVariant(set.representation.variants[encoding]);
   const templatesOf = (route: Route): RouteTemplates => ({
+    ready: route.prepare === undefined,
+    async prepare() {
+      await route.prepare?.();
+      this.ready = true;
+    },
     pick: memoize((accept) => variantsOf(route.pick(accept))),
     preflight: {
       status: STATUS.NoContent,
@@ -363,6 +372,10 @@ export function createHandler(options: HandlerOptions): Handler {
     path: string,
   ): Response | Promise<Response> => {
     const route = routes.get(path);
+    // A page's first request waits for the Markdown renderer to load (once per process).
+    if (route !== undefined && !route.ready) {
+      return route.prepare().then(() => handle(request, key, started, path));
+    }
     const headers = request.headers;
     const method = request.method;
     if (
@@ -486,8 +499,10 @@ function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
     }
     setTimeout(next, 0);
   };
+  // Pages need the Markdown renderer: load it first (a failure is reported by each page's step).
+  const prepare = () => Promise.all([...routes].map((route) => route.prepare?.().catch(() => {})));
   setTimeout(() => {
     started = performance.now();
-    next();
+    void prepare().then(next);
   }, options.delayMs ?? WARM_UP_DELAY_MS);
 }

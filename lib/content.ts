@@ -8,18 +8,16 @@
  * error, not a broken page.
  *
  * Files are read, parsed and filled at start-up; the API reference and each page's HTML are built the
- * first time they are read (`Page` properties are getters that build once), so that they do not delay
- * the first response (README, "Cold start").
+ * first time they are read (`Page` properties are getters that build once), and `marked` is imported
+ * by `prepareMarkdown()`, so that none of them delays the first response (README, "Cold start").
  *
  * @module
  */
 
-import { Marked, Renderer, type Tokens } from "marked";
-import { gfmHeadingId } from "marked-gfm-heading-id";
 import { join } from "node:path";
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "./config.ts";
-import { escapeHtml, type PageMeta, renderPage, type Site } from "./layout.ts";
+import { type PageMeta, renderPage, type Site } from "./layout.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "static");
@@ -61,7 +59,12 @@ export interface Content {
   icon: string;
   /** The rendered layout, for pages built elsewhere (the 404 page). */
   site: Site;
-  /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped). */
+  /**
+   * Loads the Markdown renderer (`marked`, imported on first call only). A page's `html` can be read
+   * once this has resolved; until then reading it throws.
+   */
+  prepareMarkdown: () => Promise<void>;
+  /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped), once prepared. */
   renderMarkdown: (markdown: string) => string;
 }
 
@@ -79,28 +82,6 @@ export const STATIC_FILES = [
   "style.css",
   "favicon.svg",
 ] as const;
-
-/**
- * A Markdown renderer that escapes raw HTML: content can never inject markup or scripts into a page.
- * Headings get GitHub-style ids (linkable sections); tables are wrapped in a labelled, focusable box
- * that scrolls sideways on narrow screens, so keyboard users can scroll it too (WCAG 2.1.1).
- */
-function markdownRenderer(): (markdown: string) => string {
-  const marked = new Marked({ gfm: true }, gfmHeadingId(), {
-    renderer: {
-      html({ text }) {
-        return escapeHtml(text);
-      },
-      table(this: Renderer, token: Tokens.Table) {
-        const label = token.header.map((cell) => cell.text.replaceAll("`", "")).join(", ");
-        return `<div class="table-scroll" role="region" tabindex="0" aria-label="${
-          escapeHtml(`Table: ${label}`)
-        }">\n${Renderer.prototype.table.call(this, token)}</div>\n`;
-      },
-    },
-  });
-  return (markdown) => marked.parse(markdown, { async: false });
-}
 
 /** The values of the placeholders, by name. */
 export function placeholders(config: Config): Record<string, string> {
@@ -248,7 +229,17 @@ export function loadContent(
 
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
   let renderer: ((markdown: string) => string) | undefined;
-  const render = (markdown: string) => (renderer ??= markdownRenderer())(markdown);
+  let loading: Promise<void> | undefined;
+  const prepareMarkdown = () =>
+    loading ??= import("./markdown.ts").then((module) => {
+      renderer = module.markdownRenderer();
+    });
+  const render = (markdown: string) => {
+    if (renderer === undefined) {
+      throw new Error("a page was built before the Markdown renderer was loaded (prepareMarkdown)");
+    }
+    return renderer(markdown);
+  };
   let apiReference: string | undefined;
   const withReference = (markdown: string) =>
     markdown.includes(API_REFERENCE_MARK)
@@ -306,6 +297,7 @@ export function loadContent(
       ],
     }),
     site,
+    prepareMarkdown,
     renderMarkdown: render,
   };
   return { ok: true, content };

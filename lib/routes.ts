@@ -23,6 +23,8 @@ export interface Route {
   pick: (accept: string | null) => Representation;
   /** Every representation of the path, building those not built yet (for warming up). */
   representations: () => Representation[];
+  /** What must have resolved before the path's representations can be built (pages: `marked`). */
+  prepare?: () => Promise<void>;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
@@ -130,8 +132,8 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
 
   // HTML pages announce their Markdown alternate and the OpenAPI description in `Link` too, the same
   // links as their `<link>` elements (RFC 8288), for clients that read headers only (HEAD).
-  const page = (p: Page) =>
-    negotiated(
+  const page = (p: Page): Route => ({
+    ...negotiated(
       rep(TYPES.html, () => p.html, () => [
         NEGOTIATED,
         ...HTML_FIELDS,
@@ -139,7 +141,9 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
       ]),
       rep(TYPES.markdown, () => p.markdown, () => [NEGOTIATED]),
       "text/html",
-    );
+    ),
+    prepare: content.prepareMarkdown,
+  });
   const text = (type: string, body: () => string) => fixed(rep(type, body, () => [NOT_NEGOTIATED]));
 
   const platform = negotiated(
