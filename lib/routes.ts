@@ -108,10 +108,13 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
       })
     );
 
-  const fixed = (representation: () => Representation): Route => ({
+  const fixed = (
+    representation: () => Representation,
+    fields: readonly HeaderField[] = [],
+  ): Route => ({
     pick: representation,
     representations: () => [representation()],
-    fields: [],
+    fields,
   });
 
   const negotiated = (
