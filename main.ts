@@ -74,6 +74,16 @@ const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
   : undefined;
 
+// Stopping ends the warm-up: its steps would only delay the requests being finished.
+const warmUpStop = new AbortController();
+try {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => warmUpStop.abort());
+  }
+} catch {
+  // No signal support here: the warm-up runs to its end.
+}
+
 const fetch = createHandler({
   config,
   content: contentResult.content,
@@ -87,6 +97,7 @@ const fetch = createHandler({
     ),
   // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
   warmUp: {
+    signal: warmUpStop.signal,
     onDone: ({ variants, ms }) =>
       event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) }),
     onError: (error) =>

@@ -74,6 +74,8 @@ export interface WarmUpOptions {
   onDone?: (report: { variants: number; ms: number }) => void;
   /** Receives a failure to build a representation; the warm-up goes on with the next one. */
   onError?: (error: unknown) => void;
+  /** Stops the warm-up after the step under way (the service is shutting down); `onDone` is not called. */
+  signal?: AbortSignal;
 }
 
 /** Default delay of the warm-up: a cold start's first requests are answered before it begins. */
@@ -487,6 +489,7 @@ function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
   }
   let started = 0;
   const next = () => {
+    if (options.signal?.aborted) return;
     const step = steps.shift();
     if (step === undefined) {
       options.onDone?.({ variants, ms: performance.now() - started });

@@ -546,3 +546,40 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
     for (const store of stores) store.close();
   }
 });
+
+Deno.test("an aborted warm-up stops after the step under way and does not report itself done", async () => {
+  const config = testConfig();
+  const policy = { limit: 60, windowMs: 60_000 };
+  const stores = [
+    new MemoryStore(policy, { sweep: false }),
+    new MemoryStore(policy, { sweep: false }),
+  ];
+  const stop = new AbortController();
+  const done: unknown[] = [];
+  const { promise: otherDone, resolve } = Promise.withResolvers<unknown>();
+  try {
+    const handler = createHandler({
+      config,
+      content: testContent(config),
+      store: stores[0]!,
+      warmUp: { delayMs: 0, signal: stop.signal, onDone: (report) => done.push(report) },
+    });
+    // A second warm-up of the same size, not aborted, runs step for step beside the first: when it
+    // is done, the first would have been too.
+    createHandler({
+      config,
+      content: testContent(config),
+      store: stores[1]!,
+      warmUp: { delayMs: 0, onDone: resolve },
+    });
+    stop.abort();
+    await otherDone;
+    assert.deepEqual(done, []);
+    // Whatever was not built is built on demand.
+    const response = await rawVariant(handler, "/openapi.json", "br");
+    assert.equal(response.status, 200);
+    assert.equal(response.coding, "br");
+  } finally {
+    for (const store of stores) store.close();
+  }
+});
