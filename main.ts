@@ -36,6 +36,13 @@ function event(
   console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
 }
 
+function errorFields(error: unknown): Record<string, unknown> {
+  return {
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  };
+}
+
 function fatal(errors: string[]): never {
   console.error(formatConfigErrors(errors));
   Deno.exit(1);
@@ -108,16 +115,35 @@ const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
   : undefined;
 
+// Stopping ends the warm-up: its steps would only delay the requests being finished.
+const warmUpStop = new AbortController();
+try {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => warmUpStop.abort());
+  }
+} catch {
+  // No signal support here: the warm-up runs to its end.
+}
+
 const fetch = createHandler({
   config,
   content: contentResult.content,
   store,
   ...(accessLog ? { accessLog: accessLog.log } : {}),
-  onError: (error) =>
-    event("error", "unexpected error answered 500", {
-      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-      stack: error instanceof Error ? error.stack : undefined,
-    }),
+  onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
+  onNoAddress: () =>
+    event(
+      "error",
+      'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (README, "Caller identity"). Said once.',
+    ),
+  // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
+  warmUp: {
+    signal: warmUpStop.signal,
+    onDone: ({ variants, ms }) =>
+      event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) }),
+    onError: (error) =>
+      event("error", "a representation cannot be built: its path answers 500", errorFields(error)),
+  },
 });
 
 export default { fetch } satisfies Deno.ServeDefaultExport;

@@ -10,7 +10,7 @@
  * @module
  */
 
-import { createCallerKey, type PeerInfo, truncatedAddress } from "./caller.ts";
+import { createCallerKey, NO_ADDRESS_KEY, type PeerInfo, truncatedAddress } from "./caller.ts";
 import type { Config } from "./config.ts";
 import type { Content } from "./content.ts";
 import {
@@ -62,6 +62,25 @@ export interface AccessRecord {
   caller: string;
 }
 
+/** Options of the warm-up of {@linkcode HandlerOptions}. */
+export interface WarmUpOptions {
+  /**
+   * How long after start-up the warm-up begins, in ms (default {@linkcode WARM_UP_DELAY_MS}). Each
+   * step runs on the event loop (brotli has no off-thread form in Deno): a request arriving during a
+   * step waits for it, so the steps wait until the first requests of a cold start are answered.
+   */
+  delayMs?: number;
+  /** Called once every variant is built, with how many were built and the ms it took in all. */
+  onDone?: (report: { variants: number; ms: number }) => void;
+  /** Receives a failure to build a representation; the warm-up goes on with the next one. */
+  onError?: (error: unknown) => void;
+  /** Stops the warm-up after the step under way (the service is shutting down); `onDone` is not called. */
+  signal?: AbortSignal;
+}
+
+/** Default delay of the warm-up: a cold start's first requests are answered before it begins. */
+export const WARM_UP_DELAY_MS = 500;
+
 /** A fetch handler as `Deno.serve` calls it. */
 export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
 
@@ -79,8 +98,20 @@ export interface HandlerOptions {
   accessLog?: (record: AccessRecord) => void;
   /** Receives unexpected errors (answered 500). */
   onError?: (error: unknown) => void;
+  /**
+   * Called once, the first time a request's caller has no IP address (a unix-socket or vsock peer
+   * not trusted by `TRUSTED_PROXIES=unix`, or one that forwarded no client address): such requests
+   * share one rate-limit budget, which the operator must hear about.
+   */
+  onNoAddress?: () => void;
   /** Options of the cache of prebuilt responses. */
   responseCache?: ResponseCacheOptions;
+  /**
+   * Build every representation and compressed variant in the background, one per macrotask, starting
+   * `warmUp.delayMs` after start-up, so that later requests do not wait for them. Until then (and
+   * without a warm-up) each is built by the first request that needs it.
+   */
+  warmUp?: WarmUpOptions;
 }
 
 interface ErrorResponse {
@@ -103,10 +134,26 @@ interface VariantTemplates {
   notModified: ResponseTemplate;
 }
 
+/**
+ * The templates of one representation per coding. A coding's templates are built the first time a
+ * request asks for it (compressing then, see `representation.ts`) and kept in a plain field: every
+ * later request reads the field, nothing else.
+ */
+interface VariantSet {
+  identity: VariantTemplates;
+  br: VariantTemplates | undefined;
+  gzip: VariantTemplates | undefined;
+  readonly representation: Representation;
+}
+
 /** Every response of one path, built at start-up. */
 interface RouteTemplates {
+  /** Whether the route's representations can be built (see `Route.prepare`). */
+  ready: boolean;
+  /** Makes the route ready. */
+  prepare: () => Promise<void>;
   /** The variants of the representation an `Accept` value selects (memoised). */
-  pick: (accept: string | null) => Readonly<Record<Encoding, VariantTemplates>>;
+  pick: (accept: string | null) => VariantSet;
   preflight: ResponseTemplate;
   methodNotAllowed: ResponseTemplate;
   badRequest: ErrorTemplates;
@@ -149,9 +196,20 @@ export function createHandler(options: HandlerOptions): Handler {
     limit: String(config.rateLimit),
   };
   const cache = createResponseCache(rateConstants, options.responseCache);
+  let toldNoAddress = false;
+  const onNoAddress = options.onNoAddress;
   const callerKey = createCallerKey({
     trustedProxies: config.trustedProxies,
     forwardedHeader: config.forwardedHeader,
+    ...(onNoAddress
+      ? {
+        onNoAddress: () => {
+          if (toldNoAddress) return;
+          toldNoAddress = true;
+          onNoAddress();
+        },
+      }
+      : {}),
   });
 
   const errorOf = (code: ErrorCode, type: "json" | "markdown" | "html"): ErrorResponse => {
@@ -234,14 +292,20 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     return built;
   };
-  const variantsOf = (representation: Representation): Record<Encoding, VariantTemplates> => {
-    const built = {} as Record<Encoding, VariantTemplates>;
-    for (const [encoding, variant] of Object.entries(representation.variants)) {
-      built[encoding as Encoding] = templatesOfVariant(variant);
-    }
-    return built;
-  };
+  const variantsOf = (representation: Representation): VariantSet => ({
+    identity: templatesOfVariant(representation.variants.identity),
+    br: undefined,
+    gzip: undefined,
+    representation,
+  });
+  const coded = (set: VariantSet, encoding: Encoding): VariantTemplates =>
+    set[encoding] = templatesOfVariant(set.representation.variants[encoding]);
   const templatesOf = (route: Route): RouteTemplates => ({
+    ready: route.prepare === undefined,
+    async prepare() {
+      await route.prepare?.();
+      this.ready = true;
+    },
     pick: memoize((accept) => variantsOf(route.pick(accept))),
     preflight: {
       status: STATUS.NoContent,
@@ -262,7 +326,9 @@ export function createHandler(options: HandlerOptions): Handler {
     fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS],
   };
   const routes = new Map<string, RouteTemplates>();
-  for (const [path, route] of buildRoutes(config, content)) routes.set(path, templatesOf(route));
+  const table = buildRoutes(config, content);
+  for (const [path, route] of table) routes.set(path, templatesOf(route));
+  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
 
   // The 204 of OPTIONS: for a plain OPTIONS the decision was admitted; a preflight is never refused.
   const preflight = (route: RouteTemplates | undefined, decision: Decision): Response =>
@@ -298,8 +364,9 @@ export function createHandler(options: HandlerOptions): Handler {
       return cache.respond(method === "HEAD" ? missing.head : missing.get, decision);
     }
     if (method === "GET" || method === "HEAD") {
-      const variant =
-        route.pick(headers.get("accept"))[pickEncoding(headers.get("accept-encoding"))];
+      const set = route.pick(headers.get("accept"));
+      const encoding = pickEncoding(headers.get("accept-encoding"));
+      const variant = set[encoding] ?? coded(set, encoding);
       const ifNoneMatch = headers.get("if-none-match");
       if (ifNoneMatch !== null && ifNoneMatchMatches(ifNoneMatch, variant.etag)) {
         return cache.respond(variant.notModified, decision);
@@ -317,6 +384,10 @@ export function createHandler(options: HandlerOptions): Handler {
     path: string,
   ): Response | Promise<Response> => {
     const route = routes.get(path);
+    // A page's first request waits for the Markdown renderer to load (once per process).
+    if (route !== undefined && !route.ready) {
+      return route.prepare().then(() => handle(request, key, started, path));
+    }
     const headers = request.headers;
     const method = request.method;
     if (
@@ -378,7 +449,7 @@ export function createHandler(options: HandlerOptions): Handler {
       path,
       status,
       ms: Math.round((now() - started) * 1000) / 1000,
-      caller: key === "unix" ? "unix" : truncated(key),
+      caller: key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncated(key),
     });
   };
 
@@ -402,4 +473,46 @@ export function createHandler(options: HandlerOptions): Handler {
     record(request, key, started, path, result.status);
     return result;
   };
+}
+
+/**
+ * Builds every representation of `routes` and its compressed variants, one step per macrotask so
+ * that requests arriving meanwhile are answered between steps.
+ */
+function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
+  const steps: Array<() => void> = [];
+  let variants = 0;
+  const compress = (representation: Representation, encoding: "br" | "gzip") => () => {
+    void representation.variants[encoding];
+    variants++;
+  };
+  for (const route of routes) {
+    steps.push(() => {
+      for (const representation of route.representations()) {
+        variants++;
+        steps.push(compress(representation, "br"), compress(representation, "gzip"));
+      }
+    });
+  }
+  let started = 0;
+  const next = () => {
+    if (options.signal?.aborted) return;
+    const step = steps.shift();
+    if (step === undefined) {
+      options.onDone?.({ variants, ms: performance.now() - started });
+      return;
+    }
+    try {
+      step();
+    } catch (error) {
+      options.onError?.(error);
+    }
+    setTimeout(next, 0);
+  };
+  // Pages need the Markdown renderer: load it first (a failure is reported by each page's step).
+  const prepare = () => Promise.all([...routes].map((route) => route.prepare?.().catch(() => {})));
+  setTimeout(() => {
+    started = performance.now();
+    void prepare().then(next);
+  }, options.delayMs ?? WARM_UP_DELAY_MS);
 }

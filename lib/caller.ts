@@ -6,6 +6,11 @@
  * prepending addresses. IPv4-mapped IPv6 addresses are unwrapped, and IPv6 is grouped by /64, the
  * smallest block a single subscriber is normally given.
  *
+ * A peer with no IP address (a unix socket or vsock: a proxy on the same host) says nothing about the
+ * caller. Its forwarded header is believed when `TRUSTED_PROXIES` lists `unix`; a request whose caller
+ * still has no address is keyed {@linkcode NO_ADDRESS_KEY}, one budget shared by all such requests, and
+ * `onNoAddress` is told so that the service can warn.
+ *
  * @module
  */
 
@@ -15,11 +20,19 @@ import { compactKey } from "./rate_limit.ts";
 /** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
 export type IpBytes = Uint8Array;
 
-/** A set of CIDR ranges, matched by {@linkcode cidrSetHas}. */
+/** A set of CIDR ranges, matched by {@linkcode cidrSetHas}, and whether peers without an IP belong. */
 export interface CidrSet {
   /** The ranges: network bytes and prefix length. */
   readonly ranges: ReadonlyArray<{ bytes: IpBytes; prefix: number }>;
+  /** Whether a peer with no IP address (unix socket, vsock) is in the set: the entry `unix`. */
+  readonly unix?: boolean;
 }
+
+/**
+ * The key of every request whose caller has no IP address: a unix-socket or vsock peer that is not
+ * trusted, or a trusted one that forwarded no usable client address. One budget for all of them.
+ */
+export const NO_ADDRESS_KEY = "unix";
 
 /** The peer address of a connection, as `Deno.ServeHandlerInfo` gives it. */
 export interface PeerInfo {
@@ -33,6 +46,8 @@ export interface CallerOptions {
   trustedProxies: CidrSet;
   /** Which forwarded header those peers set. */
   forwardedHeader: ForwardedHeader;
+  /** Called each time a request is keyed {@linkcode NO_ADDRESS_KEY}. */
+  onNoAddress?: () => void;
 }
 
 /**
@@ -105,16 +120,22 @@ export function unmapIpv4(bytes: IpBytes): IpBytes {
 }
 
 /**
- * Parses a comma-separated list of addresses and CIDR ranges (`10.0.0.0/8, ::1, 2001:db8::/32`).
+ * Parses a comma-separated list of addresses and CIDR ranges (`10.0.0.0/8, ::1, 2001:db8::/32`); the
+ * entry `unix` stands for peers with no IP address (unix sockets, vsock).
  *
  * @returns the set, and the entries that could not be parsed
  */
 export function parseCidrSet(list: string): { set: CidrSet; invalid: string[] } {
   const ranges: Array<{ bytes: IpBytes; prefix: number }> = [];
   const invalid: string[] = [];
+  let unix = false;
   for (const raw of list.split(",")) {
     const entry = raw.trim();
     if (entry === "") continue;
+    if (entry.toLowerCase() === NO_ADDRESS_KEY) {
+      unix = true;
+      continue;
+    }
     const [address = "", prefixText, extra] = entry.split("/");
     const parsed = parseIp(address);
     if (!parsed || extra !== undefined) {
@@ -135,7 +156,7 @@ export function parseCidrSet(list: string): { set: CidrSet; invalid: string[] } 
     }
     ranges.push({ bytes, prefix });
   }
-  return { set: { ranges }, invalid };
+  return { set: unix ? { ranges, unix } : { ranges }, invalid };
 }
 
 /** Whether `bytes` (already unmapped) lies in one of the ranges of `set`. */
@@ -188,7 +209,8 @@ export function callerKey(
   options: CallerOptions,
 ): string {
   const addr = info.remoteAddr;
-  const hostname = "hostname" in addr ? addr.hostname : "unix";
+  if (!("hostname" in addr)) return noAddressKey(headers, options);
+  const hostname = addr.hostname;
   // The common case, a plain IPv4 peer and no trusted proxies, needs no parsing.
   if (options.trustedProxies.ranges.length === 0 && !hostname.includes(":")) return hostname;
   const peer = parseIp(hostname);
@@ -197,7 +219,17 @@ export function callerKey(
   if (options.trustedProxies.ranges.length === 0 || !cidrSetHas(options.trustedProxies, bytes)) {
     return keyOfIp(bytes);
   }
-  return keyOfIp(forwardedClient(headers, bytes, options));
+  return keyOfIp(forwardedClient(headers, bytes, options)!);
+}
+
+/** The key of a request from a peer with no IP address (see the module comment). */
+function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): string {
+  const client = options.trustedProxies.unix
+    ? forwardedClient(headers, undefined, options)
+    : undefined;
+  if (client !== undefined) return keyOfIp(client);
+  options.onNoAddress?.();
+  return NO_ADDRESS_KEY;
 }
 
 /** Most peer addresses a {@linkcode createCallerKey} function remembers; beyond it it starts again. */
@@ -225,7 +257,8 @@ export function createCallerKey(
   const xff = options.forwardedHeader === "x-forwarded-for";
   return (headers, info) => {
     const addr = info.remoteAddr;
-    const hostname = "hostname" in addr ? addr.hostname : "unix";
+    if (!("hostname" in addr)) return noAddressKey(headers, options);
+    const hostname = addr.hostname;
     let peer = peers.get(hostname);
     if (peer === undefined) {
       const parsed = parseIp(hostname);
@@ -251,13 +284,14 @@ export function createCallerKey(
 /**
  * Walks the forwarded chain from the right, past trusted proxies, to the first address that is not
  * one. An unparseable entry stops the walk at the proxy that relayed it: nobody can be keyed by a
- * string of their choosing.
+ * string of their choosing. `peer` is undefined for a peer with no IP address: then so is the
+ * answer when the header names no address.
  */
 function forwardedClient(
   headers: Pick<Headers, "get">,
-  peer: IpBytes,
+  peer: IpBytes | undefined,
   options: CallerOptions,
-): IpBytes {
+): IpBytes | undefined {
   const value = headers.get(options.forwardedHeader);
   if (value === null) return peer;
   const entries = options.forwardedHeader === "forwarded" ? forwardedFor(value) : value.split(",");

@@ -204,7 +204,7 @@ export function loadConfig(env: Env): ConfigResult {
   const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
   if (proxies.invalid.length > 0) {
     errors.push(
-      `TRUSTED_PROXIES must be a comma-separated list of IP addresses or CIDR ranges; not understood: ${
+      `TRUSTED_PROXIES must be a comma-separated list of IP addresses, CIDR ranges or unix; not understood: ${
         proxies.invalid.map((entry) => JSON.stringify(entry)).join(", ")
       }`,
     );

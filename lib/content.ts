@@ -7,28 +7,33 @@
  * filled `openapi.json` (see `api_reference.ts`). An unknown placeholder or a missing file is a start-up
  * error, not a broken page.
  *
+ * Files are read, parsed and filled at start-up; the API reference and each page's HTML are built the
+ * first time they are read (`Page` properties are getters that build once), and `marked` is imported
+ * by `prepareMarkdown()`, so that none of them delays the first response (README, "Cold start").
+ *
  * @module
  */
 
-import { Marked, Renderer, type Tokens } from "marked";
-import { gfmHeadingId } from "marked-gfm-heading-id";
 import { join } from "node:path";
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "./config.ts";
-import { escapeHtml, type PageMeta, renderPage, type Site } from "./layout.ts";
+import { type PageMeta, renderPage, type Site } from "./layout.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "static");
 
-/** A page with both of its representations. */
+/** A page with both of its representations; each property is built the first time it is read. */
 export interface Page {
   /** Layout metadata (title, description, path). */
-  meta: PageMeta;
+  readonly meta: PageMeta;
   /** The Markdown, placeholders filled. */
-  markdown: string;
+  readonly markdown: string;
   /** The whole HTML document. */
-  html: string;
+  readonly html: string;
 }
+
+/** Stands for `{{api_reference}}` in filled Markdown until the reference is generated. */
+const API_REFERENCE_MARK = "\u0000api_reference\u0000";
 
 /** Every body the service sends with 200, as text. */
 export interface Content {
@@ -56,7 +61,12 @@ export interface Content {
   icon: string;
   /** The rendered layout, for pages built elsewhere (the 404 page). */
   site: Site;
-  /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped). */
+  /**
+   * Loads the Markdown renderer (`marked`, imported on first call only). A page's `html` can be read
+   * once this has resolved; until then reading it throws.
+   */
+  prepareMarkdown: () => Promise<void>;
+  /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped), once prepared. */
   renderMarkdown: (markdown: string) => string;
 }
 
@@ -75,64 +85,6 @@ export const STATIC_FILES = [
   "style.css",
   "favicon.svg",
 ] as const;
-
-/**
- * A Markdown renderer that escapes raw HTML: content can never inject markup or scripts into a page.
- * Headings get GitHub-style ids (linkable sections); a heading whose GitHub slug is empty (its text
- * has no letter or digit, like the path `/`) gets `section-<n>` instead of an invalid empty id. Tables
- * are wrapped in a focusable `<section>` that scrolls sideways on narrow screens, so keyboard users
- * can scroll it too (WCAG 2.1.1); its label names the heading above it and the columns, and is made
- * unique on the page, so screen readers can tell the regions apart.
- */
-function markdownRenderer(): (markdown: string) => string {
-  let heading = "";
-  const labels = new Set<string>();
-  const marked = new Marked({ gfm: true }, gfmHeadingId(), {
-    hooks: {
-      preprocess(markdown: string) {
-        heading = "";
-        labels.clear();
-        return markdown;
-      },
-      postprocess(html: string) {
-        let unnamed = 0;
-        // marked-gfm-heading-id numbers repeated empty slugs "-1", "-2"...: all are unnamed.
-        return html.replace(/<h([1-6]) id="(?:-\d+)?">/g, (_, level) => {
-          unnamed += 1;
-          return `<h${level} id="section-${unnamed}">`;
-        });
-      },
-    },
-    renderer: {
-      html({ text }) {
-        return escapeHtml(text);
-      },
-      heading({ text }) {
-        heading = text.replaceAll("`", "");
-        return false;
-      },
-      table(this: Renderer, token: Tokens.Table) {
-        const columns = token.header.map((cell) => cell.text.replaceAll("`", "")).join(", ");
-        const label = uniqueLabel(
-          heading ? `${heading}: table of ${columns}` : `Table of ${columns}`,
-          labels,
-        );
-        return `<section class="table-scroll" tabindex="0" aria-label="${escapeHtml(label)}">\n${
-          Renderer.prototype.table.call(this, token)
-        }</section>\n`;
-      },
-    },
-  });
-  return (markdown) => marked.parse(markdown, { async: false });
-}
-
-/** `label`, or `label (2)`, `label (3)`... when the page already has it; remembers the result. */
-function uniqueLabel(label: string, used: Set<string>): string {
-  let unique = label;
-  for (let n = 2; used.has(unique); n++) unique = `${label} (${n})`;
-  used.add(unique);
-  return unique;
-}
 
 /** The values of the placeholders, by name. */
 export function placeholders(config: Config): Record<string, string> {
@@ -233,9 +185,10 @@ export function loadContent(
   const values = placeholders(config);
   const files: Partial<Record<typeof STATIC_FILES[number], string>> = {};
 
-  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document. Until
-  // then it is empty, so a broken openapi.json is reported once, not again by every page using it.
-  const pageValues: Record<string, string> = { ...values, api_reference: "" };
+  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document, when a
+  // page using it is first read; until then a mark holds its place.
+  const pageValues: Record<string, string> = { ...values, api_reference: API_REFERENCE_MARK };
+  let openapiDocument: unknown;
   const order = [
     "openapi.json",
     ...STATIC_FILES.filter((name) => name !== "openapi.json"),
@@ -274,21 +227,15 @@ export function loadContent(
       const filledJson = fillJson(parsed, values, unknown);
       files[name] = JSON.stringify(filledJson);
       if (unknown.length > 0) errors.push(unknownMessage(name, unknown));
-      if (name === "openapi.json" && unknown.length === 0) {
-        try {
-          pageValues.api_reference = apiReferenceMarkdown(filledJson);
-        } catch (error) {
-          errors.push(
-            `static/${name}: the API reference cannot be generated: ${
-              error instanceof Error ? error.message : String(error)
-            }`,
-          );
-        }
-      }
+      if (name === "openapi.json") openapiDocument = filledJson;
     } else if (name.endsWith(".css") || name.endsWith(".svg")) {
       files[name] = raw;
     } else {
-      const filled = fill(raw, name.endsWith(".md") ? pageValues : values);
+      // platform.md is served as it is, not as a page: it has no API reference.
+      const filled = fill(
+        raw,
+        name.endsWith(".md") && name !== "platform.md" ? pageValues : values,
+      );
       files[name] = filled.text;
       if (filled.unknown.length > 0) errors.push(unknownMessage(name, filled.unknown));
     }
@@ -296,17 +243,37 @@ export function loadContent(
   if (errors.length > 0) return { ok: false, errors };
 
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
-  const render = markdownRenderer();
-  const page = (file: string, path: string, markdownPath: string): Page => {
-    const markdown = files[file as typeof STATIC_FILES[number]]!;
-    const meta: PageMeta = {
-      path,
-      title: pageTitle(titleOf(markdown), config.name),
-      description: summaryOf(markdown) ?? config.description,
-      markdownUrl: config.baseUrl + markdownPath,
-    };
-    return { meta, markdown, html: renderPage(render(markdown), meta, site) };
+  let renderer: ((markdown: string) => string) | undefined;
+  let loading: Promise<void> | undefined;
+  const prepareMarkdown = () =>
+    loading ??= import("./markdown.ts").then((module) => {
+      renderer = module.markdownRenderer();
+    });
+  const render = (markdown: string) => {
+    if (renderer === undefined) {
+      throw new Error("a page was built before the Markdown renderer was loaded (prepareMarkdown)");
+    }
+    return renderer(markdown);
   };
+  let apiReference: string | undefined;
+  const withReference = (markdown: string) =>
+    markdown.includes(API_REFERENCE_MARK)
+      ? markdown.replaceAll(
+        API_REFERENCE_MARK,
+        apiReference ??= apiReferenceMarkdown(openapiDocument),
+      )
+      : markdown;
+  const page = (file: string, path: string, markdownPath: string): Page =>
+    lazyPage(() => {
+      const markdown = withReference(files[file as typeof STATIC_FILES[number]]!);
+      const meta: PageMeta = {
+        path,
+        title: pageTitle(titleOf(markdown), config.name),
+        description: summaryOf(markdown) ?? config.description,
+        markdownUrl: config.baseUrl + markdownPath,
+      };
+      return { meta, markdown, html: () => renderPage(render(markdown), meta, site) };
+    });
 
   const base = config.baseUrl;
   const content: Content = {
@@ -348,9 +315,28 @@ export function loadContent(
       ],
     }),
     site,
+    prepareMarkdown,
     renderMarkdown: render,
   };
   return { ok: true, content };
+}
+
+/** A {@linkcode Page} whose Markdown and metadata are built on first read, and its HTML after them. */
+function lazyPage(build: () => { meta: PageMeta; markdown: string; html: () => string }): Page {
+  let built: ReturnType<typeof build> | undefined;
+  let html: string | undefined;
+  const get = () => built ??= build();
+  return {
+    get meta() {
+      return get().meta;
+    },
+    get markdown() {
+      return get().markdown;
+    },
+    get html() {
+      return html ??= get().html();
+    },
+  };
 }
 
 function unknownMessage(file: string, names: string[]): string {

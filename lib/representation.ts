@@ -3,7 +3,8 @@
  * header fields that never change between requests.
  *
  * Every 200 body of the service is known when it starts, so compression and hashing happen here,
- * never on the hot path.
+ * never on the hot path: the identity body and its ETag at once, each compressed body the first time
+ * a request asks for that coding (or when the service warms up after it listens).
  *
  * @module
  */
@@ -45,6 +46,12 @@ const ENCODER = new TextEncoder();
 /**
  * Builds a representation: identity, gzip and br bodies, their ETags and header fields.
  *
+ * The identity variant is built at once; gzip and br are compressed the first time they are asked
+ * for (`variants.br` is a getter that compresses once and then keeps the variant): compressing every
+ * representation at start-up would delay the first response by hundreds of milliseconds (README,
+ * "Cold start"). Reading a variant is therefore never cheaper than the first time it was read; callers
+ * on the hot path keep the result.
+ *
  * @example
  * ```ts
  * const json = buildRepresentation("application/json", '{"a":1}');
@@ -56,46 +63,57 @@ export function buildRepresentation(
   body: string | Uint8Array,
   options: RepresentationOptions = {},
 ): Representation {
-  const identity: Uint8Array<ArrayBuffer> = typeof body === "string"
+  const identityBytes: Uint8Array<ArrayBuffer> = typeof body === "string"
     ? ENCODER.encode(body)
     : new Uint8Array(body);
-  const encoded: Record<Encoding, Uint8Array> = {
-    identity,
-    gzip: gzipSync(identity, { level: 9 }),
-    br: brotliCompressSync(identity, {
-      params: {
-        [zlib.BROTLI_PARAM_QUALITY]: zlib.BROTLI_MAX_QUALITY,
-        [zlib.BROTLI_PARAM_SIZE_HINT]: identity.length,
-        [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT,
-      },
-    }),
-  };
   const extra = options.headers ?? [];
   const cacheControl = options.cacheControl ?? "no-cache";
-  const variants = {} as Record<Encoding, Variant>;
-  // Identity first, so that a coding which does not make the body smaller can share its variant.
-  for (const encoding of ["identity", "br", "gzip"] as const) {
-    const useEncoding = encoding !== "identity" && encoded[encoding].length < identity.length;
-    if (encoding !== "identity" && !useEncoding) {
-      variants[encoding] = variants.identity;
-      continue;
-    }
-    const bytes = useEncoding ? new Uint8Array(encoded[encoding]) : identity;
+  const variantOf = (bytes: Uint8Array<ArrayBuffer>, encoding: Encoding): Variant => {
     const etag = `"${createHash("sha256").update(bytes).digest("base64url").slice(0, 27)}"`;
-    const common: Array<readonly [string, string]> = [["etag", etag], [
-      "cache-control",
-      cacheControl,
-    ], ...extra];
-    variants[encoding] = {
+    const common: Array<readonly [string, string]> = [
+      ["etag", etag],
+      ["cache-control", cacheControl],
+      ...extra,
+    ];
+    return {
       body: bytes,
       etag,
       headers: [
         ["content-type", type],
-        ...(useEncoding ? [["content-encoding", encoding] as const] : []),
+        ...(encoding === "identity" ? [] : [["content-encoding", encoding] as const]),
         ...common,
       ],
       notModifiedHeaders: common,
     };
-  }
+  };
+  const identity = variantOf(identityBytes, "identity");
+  // A coding that does not make the body smaller shares the identity variant.
+  const coded = (encoding: "br" | "gzip"): Variant => {
+    const encoded = new Uint8Array(compress(identityBytes, encoding));
+    return encoded.length < identityBytes.length ? variantOf(encoded, encoding) : identity;
+  };
+  let br: Variant | undefined;
+  let gzip: Variant | undefined;
+  const variants: Record<Encoding, Variant> = {
+    identity,
+    get br() {
+      return br ??= coded("br");
+    },
+    get gzip() {
+      return gzip ??= coded("gzip");
+    },
+  };
   return { type, variants };
+}
+
+/** Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode. */
+function compress(bytes: Uint8Array, encoding: "br" | "gzip"): Uint8Array {
+  if (encoding === "gzip") return gzipSync(bytes, { level: 9 });
+  return brotliCompressSync(bytes, {
+    params: {
+      [zlib.BROTLI_PARAM_QUALITY]: zlib.BROTLI_MAX_QUALITY,
+      [zlib.BROTLI_PARAM_SIZE_HINT]: bytes.length,
+      [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT,
+    },
+  });
 }

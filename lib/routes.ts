@@ -26,8 +26,12 @@ export type HeaderField = readonly [string, string];
 
 /** One public path. */
 export interface Route {
-  /** The representation for an `Accept` value (memoised). */
+  /** The representation for an `Accept` value (memoised); built the first time it is picked. */
   pick: (accept: string | null) => Representation;
+  /** Every representation of the path, building those not built yet (for warming up). */
+  representations: () => Representation[];
+  /** What must have resolved before the path's representations can be built (pages: `marked`). */
+  prepare?: () => Promise<void>;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
@@ -98,57 +102,68 @@ export function discoveryFields(config: Config): HeaderField[] {
  */
 export function buildRoutes(config: Config, content: Content): Map<string, Route> {
   const discovery = discoveryFields(config);
-  const rep = (type: string, body: string, fields: readonly HeaderField[]) =>
-    buildRepresentation(type, body, { headers: [...fields, ...COMMON_FIELDS] });
+  // Representations are built the first time they are asked for: a page's HTML is rendered from its
+  // Markdown then, not at start-up (README, "Cold start").
+  const rep = (type: string, body: () => string, fields: () => readonly HeaderField[]) =>
+    once(() => buildRepresentation(type, body(), { headers: [...fields(), ...COMMON_FIELDS] }));
 
   const asset = (type: string, body: string) =>
-    buildRepresentation(type, body, {
-      headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
-      cacheControl: ASSET_CACHE_CONTROL,
-    });
+    once(() =>
+      buildRepresentation(type, body, {
+        headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
+        cacheControl: ASSET_CACHE_CONTROL,
+      })
+    );
 
-  const fixed = (representation: Representation, fields: readonly HeaderField[] = []): Route => ({
-    pick: () => representation,
+  const fixed = (
+    representation: () => Representation,
+    fields: readonly HeaderField[] = [],
+  ): Route => ({
+    pick: representation,
+    representations: () => [representation()],
     fields,
   });
 
   const negotiated = (
-    defaultRep: Representation,
-    markdownRep: Representation,
+    defaultRep: () => Representation,
+    markdownRep: () => Representation,
     defaultType: string,
     fields: readonly HeaderField[] = [],
   ): Route => {
-    const byType: Record<string, Representation> = {
+    const byType: Record<string, () => Representation> = {
       [defaultType]: defaultRep,
       "text/markdown": markdownRep,
     };
     const choose = memoize((accept) =>
-      byType[preferredType(accept, [defaultType, "text/markdown"])]!
+      byType[preferredType(accept, [defaultType, "text/markdown"])]!()
     );
-    return { pick: choose, fields };
+    return { pick: choose, representations: () => [defaultRep(), markdownRep()], fields };
   };
 
   // HTML pages announce their Markdown alternate and the OpenAPI description in `Link` too, the same
   // links as their `<link>` elements (RFC 8288), for clients that read headers only (HEAD).
-  const page = ({ html, markdown, meta }: Page) =>
-    negotiated(
-      rep(TYPES.html, html, [
+  const page = (p: Page): Route => ({
+    ...negotiated(
+      rep(TYPES.html, () => p.html, () => [
         NEGOTIATED,
         ...HTML_FIELDS,
-        ["link", linkHeader(pageLinks(meta, content.site))],
+        ["link", linkHeader(pageLinks(p.meta, content.site))],
       ]),
-      rep(TYPES.markdown, markdown, [NEGOTIATED]),
+      rep(TYPES.markdown, () => p.markdown, () => [NEGOTIATED]),
       "text/html",
-    );
+    ),
+    prepare: content.prepareMarkdown,
+  });
+  const text = (type: string, body: () => string) => fixed(rep(type, body, () => [NOT_NEGOTIATED]));
 
   const platform = negotiated(
-    rep(TYPES.json, content.platformJson, [NEGOTIATED, ...discovery]),
-    rep(TYPES.markdown, content.platformMarkdown, [NEGOTIATED, ...discovery]),
+    rep(TYPES.json, () => content.platformJson, () => [NEGOTIATED, ...discovery]),
+    rep(TYPES.markdown, () => content.platformMarkdown, () => [NEGOTIATED, ...discovery]),
     "application/json",
     discovery,
   );
   const developers = page(content.developers);
-  const openapi = fixed(rep(TYPES.json, content.openapi, [NOT_NEGOTIATED]));
+  const openapi = text(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as route fields.
   const catalogLink: HeaderField = ["link", linkHeader([apiCatalogLink(config.baseUrl)])];
@@ -164,20 +179,35 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     ],
     [
       "/developers/deprecation-policy.md",
-      fixed(rep(TYPES.markdown, content.deprecationPolicy.markdown, [NOT_NEGOTIATED])),
+      text(TYPES.markdown, () => content.deprecationPolicy.markdown),
     ],
     ["/openapi.json", openapi],
     ["/openapi", openapi],
-    ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
+    ["/llms.txt", text(TYPES.text, () => content.llms)],
     // Crawlers may index the portal (RFC 9309); counted like every path.
-    ["/robots.txt", fixed(rep(TYPES.text, content.robots, [NOT_NEGOTIATED]))],
+    ["/robots.txt", text(TYPES.text, () => content.robots)],
     [
       API_CATALOG_PATH,
-      fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED, catalogLink]), [
+      fixed(rep(TYPES.linkset, () => content.apiCatalog, () => [NOT_NEGOTIATED, catalogLink]), [
         catalogLink,
       ]),
     ],
     [STYLESHEET_PATH, fixed(asset(TYPES.css, content.stylesheet))],
     [ICON_PATH, fixed(asset(TYPES.svg, content.icon))],
   ]);
+}
+
+/**
+ * A function that computes `build()` on its first call and returns that value ever after.
+ *
+ * @example
+ * ```ts
+ * const answer = once(() => 6 * 7);
+ * answer(); // 42, computed
+ * answer(); // 42, remembered
+ * ```
+ */
+export function once<T>(build: () => T): () => T {
+  let built: { value: T } | undefined;
+  return () => (built ??= { value: build() }).value;
 }

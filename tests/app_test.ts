@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { type AccessRecord, createHandler, type Handler } from "../lib/app.ts";
 import { type Decision, MemoryStore, type RateLimitStore } from "../lib/rate_limit.ts";
+import { buildRoutes } from "../lib/routes.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {
   type EnvRecord,
@@ -518,5 +519,109 @@ Deno.test("the access log keeps the path without query string and a truncated ca
     assert.equal(records[0]!.ms, 0, "no time passed on the manual clock");
   } finally {
     close();
+  }
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Built on demand and warmed up in the background
+
+/** The status, coding, ETag and raw bytes of `GET path` with `Accept-Encoding: encoding`. */
+async function rawVariant(handler: Handler, path: string, encoding: string, accept = "*/*") {
+  const response = await handler(
+    new Request(`http://localhost${path}`, {
+      headers: { "accept-encoding": encoding, accept },
+    }),
+    { remoteAddr: { transport: "tcp", hostname: "192.0.2.9", port: 1 } },
+  );
+  return {
+    status: response.status,
+    coding: response.headers.get("content-encoding"),
+    etag: response.headers.get("etag"),
+    bytes: new Uint8Array(await response.arrayBuffer()),
+  };
+}
+
+const WARMED_PATHS = ["/", "/developers", "/openapi.json", "/llms.txt", "/api/v1/platform"];
+
+Deno.test("the warm-up builds every representation and coding, and answers equal those built by the first request", async () => {
+  const config = testConfig({ RATE_LIMIT: "1000" });
+  const content = testContent(config);
+  const policy = { limit: 1000, windowMs: 60_000 };
+  const { promise: warmed, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  const errors: unknown[] = [];
+  const stores = [
+    new MemoryStore(policy, { sweep: false }),
+    new MemoryStore(policy, { sweep: false }),
+  ];
+  try {
+    const warm = createHandler({
+      config,
+      content,
+      store: stores[0]!,
+      warmUp: { delayMs: 0, onDone: resolve, onError: (error) => errors.push(error) },
+    });
+    const report = await warmed;
+    assert.deepEqual(errors, []);
+    // Every representation of every route (paths sharing a route count once), in three codings.
+    await content.prepareMarkdown();
+    let representations = 0;
+    for (const route of new Set(buildRoutes(config, content).values())) {
+      representations += route.representations().length;
+    }
+    assert.ok(representations >= 14, `${representations} representations`);
+    assert.equal(report.variants, representations * 3);
+    const onDemand = createHandler({ config, content: testContent(config), store: stores[1]! });
+    for (const path of WARMED_PATHS) {
+      for (const encoding of ["br", "gzip", "identity"]) {
+        for (const accept of ["*/*", "text/markdown"]) {
+          const built = await rawVariant(onDemand, path, encoding, accept);
+          const ready = await rawVariant(warm, path, encoding, accept);
+          assert.equal(built.status, 200, `${path} ${encoding} ${accept}`);
+          assert.deepEqual(ready, built, `${path} ${encoding} ${accept}`);
+          if (encoding !== "identity" && path !== "/api/v1/platform") {
+            assert.equal(built.coding, encoding, `${path} ${encoding} ${accept}`);
+          }
+        }
+      }
+    }
+  } finally {
+    for (const store of stores) store.close();
+  }
+});
+
+Deno.test("an aborted warm-up stops after the step under way and does not report itself done", async () => {
+  const config = testConfig();
+  const policy = { limit: 60, windowMs: 60_000 };
+  const stores = [
+    new MemoryStore(policy, { sweep: false }),
+    new MemoryStore(policy, { sweep: false }),
+  ];
+  const stop = new AbortController();
+  const done: unknown[] = [];
+  const { promise: otherDone, resolve } = Promise.withResolvers<unknown>();
+  try {
+    const handler = createHandler({
+      config,
+      content: testContent(config),
+      store: stores[0]!,
+      warmUp: { delayMs: 0, signal: stop.signal, onDone: (report) => done.push(report) },
+    });
+    // A second warm-up of the same size, not aborted, runs step for step beside the first: when it
+    // is done, the first would have been too.
+    createHandler({
+      config,
+      content: testContent(config),
+      store: stores[1]!,
+      warmUp: { delayMs: 0, onDone: resolve },
+    });
+    stop.abort();
+    await otherDone;
+    assert.deepEqual(done, []);
+    // Whatever was not built is built on demand.
+    const response = await rawVariant(handler, "/openapi.json", "br");
+    assert.equal(response.status, 200);
+    assert.equal(response.coding, "br");
+  } finally {
+    for (const store of stores) store.close();
   }
 });

@@ -1,21 +1,26 @@
 /**
- * Tests of caller keys: address parsing, IPv4-mapped unwrapping, /64 grouping, trusted proxies and
- * log truncation.
+ * Tests of caller keys: address parsing, IPv4-mapped unwrapping, /64 grouping, trusted proxies, log
+ * truncation, and peers with no IP address (unix sockets), also through a real unix-socket server.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import { createHandler } from "../lib/app.ts";
 import {
   callerKey,
   type CallerOptions,
   cidrSetHas,
+  createCallerKey,
   keyOfIp,
+  NO_ADDRESS_KEY,
   parseCidrSet,
   parseIp,
   truncatedAddress,
   unmapIpv4,
 } from "../lib/caller.ts";
+import { MemoryStore } from "../lib/rate_limit.ts";
+import { testConfig, testContent } from "./_server.ts";
 
 const NO_PROXIES: CallerOptions = {
   trustedProxies: parseCidrSet("").set,
@@ -146,4 +151,112 @@ Deno.test("truncatedAddress() keeps /24 of IPv4 and /48 of IPv6, never the whole
   assert.equal(truncatedAddress("::ffff:203.0.113.77"), "203.0.113.0");
   assert.equal(truncatedAddress("2001:db8:aa:bb::1"), "2001:db8:aa::");
   assert.equal(truncatedAddress("not an address"), "unknown");
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Peers with no IP address
+
+const UNIX_PEER = { remoteAddr: { transport: "unix" as const, path: "/run/discovery.sock" } };
+
+Deno.test("a peer with no IP address is keyed as one shared caller, and each such request is reported", () => {
+  const cases: Array<[string, string, Record<string, string>, string, number]> = [
+    // [TRUSTED_PROXIES, header, request headers, key, reports]
+    ["", "x-forwarded-for", {}, NO_ADDRESS_KEY, 1],
+    ["", "x-forwarded-for", { "x-forwarded-for": "192.0.2.7" }, NO_ADDRESS_KEY, 1],
+    ["10.0.0.0/8", "x-forwarded-for", { "x-forwarded-for": "192.0.2.7" }, NO_ADDRESS_KEY, 1],
+    ["unix", "x-forwarded-for", { "x-forwarded-for": "192.0.2.7" }, "192.0.2.7", 0],
+    ["unix", "x-forwarded-for", { "x-forwarded-for": "198.51.100.1, 192.0.2.7" }, "192.0.2.7", 0],
+    [
+      "unix, 10.0.0.0/8",
+      "x-forwarded-for",
+      { "x-forwarded-for": "192.0.2.7, 10.1.1.1" },
+      "192.0.2.7",
+      0,
+    ],
+    ["unix", "forwarded", { forwarded: 'for="[2001:db8::1]:4711"' }, "2001:0db8:0000:0000::/64", 0],
+    ["unix", "x-forwarded-for", {}, NO_ADDRESS_KEY, 1],
+    ["unix", "x-forwarded-for", { "x-forwarded-for": "not-an-address" }, NO_ADDRESS_KEY, 1],
+  ];
+  for (const [proxies, header, headers, expected, reports] of cases) {
+    let told = 0;
+    const options: CallerOptions = {
+      trustedProxies: parseCidrSet(proxies).set,
+      forwardedHeader: header as CallerOptions["forwardedHeader"],
+      onNoAddress: () => told++,
+    };
+    const label = `${proxies} ${JSON.stringify(headers)}`;
+    assert.equal(callerKey(new Headers(headers), UNIX_PEER, options), expected, label);
+    assert.equal(createCallerKey(options)(new Headers(headers), UNIX_PEER), expected, label);
+    assert.equal(told, 2 * reports, label);
+  }
+});
+
+Deno.test("parseCidrSet() reads the entry unix as peers with no IP address", () => {
+  assert.equal(parseCidrSet("10.0.0.0/8, UNIX").set.unix, true);
+  assert.equal(parseCidrSet("10.0.0.0/8, UNIX").set.ranges.length, 1);
+  assert.equal(parseCidrSet("10.0.0.0/8").set.unix, undefined);
+  assert.deepEqual(parseCidrSet("unix:/run/x.sock").invalid, ["unix:/run/x.sock"]);
+});
+
+/** Serves the handler for `env` on a unix socket; returns a client for it and the warnings. */
+function serveOnUnixSocket(env: Parameters<typeof testConfig>[0]) {
+  const config = testConfig({ RATE_LIMIT: "2", ...env });
+  const store = new MemoryStore({ limit: 2, windowMs: 60_000 }, { sweep: false });
+  const warnings: string[] = [];
+  const path = `${Deno.makeTempDirSync()}/discovery.sock`;
+  const server = Deno.serve(
+    { path, onListen() {} },
+    createHandler({
+      config,
+      content: testContent(config),
+      store,
+      onNoAddress: () => warnings.push("no address"),
+    }),
+  );
+  const client = Deno.createHttpClient({ proxy: { transport: "unix", path } });
+  const get = async (forwardedFor: string) => {
+    const response = await fetch("http://localhost/api/v1/platform", {
+      client,
+      headers: { "x-forwarded-for": forwardedFor },
+    });
+    await response.body?.cancel();
+    return response.status;
+  };
+  return {
+    get,
+    warnings,
+    async close() {
+      client.close();
+      await server.shutdown();
+      store.close();
+    },
+  };
+}
+
+Deno.test("on a unix socket without TRUSTED_PROXIES=unix, callers share one budget and the handler says so once", async () => {
+  const served = serveOnUnixSocket({});
+  try {
+    const statuses = [];
+    for (const client of ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"]) {
+      statuses.push(await served.get(client));
+    }
+    assert.deepEqual(statuses, [200, 200, 429, 429]);
+    assert.deepEqual(served.warnings, ["no address"]);
+  } finally {
+    await served.close();
+  }
+});
+
+Deno.test("on a unix socket with TRUSTED_PROXIES=unix, each forwarded client has its own budget and nothing is reported", async () => {
+  const served = serveOnUnixSocket({ TRUSTED_PROXIES: "unix" });
+  try {
+    const statuses = [];
+    for (const client of ["192.0.2.1", "192.0.2.2", "192.0.2.1", "192.0.2.2", "192.0.2.1"]) {
+      statuses.push(await served.get(client));
+    }
+    assert.deepEqual(statuses, [200, 200, 200, 200, 429]);
+    assert.deepEqual(served.warnings, []);
+  } finally {
+    await served.close();
+  }
 });

@@ -36,10 +36,11 @@ function load(files: Record<string, string>, env: Parameters<typeof recordEnv>[0
   });
 }
 
-Deno.test("loadContent() fills every placeholder of the shipped static files", () => {
+Deno.test("loadContent() fills every placeholder of the shipped static files", async () => {
   const result = loadContent(config());
   if (!result.ok) assert.fail(result.errors.join("\n"));
   const c = result.content;
+  await c.prepareMarkdown();
   for (
     const text of [
       c.platformMarkdown,
@@ -70,12 +71,13 @@ Deno.test("loadContent() builds the Platform object with the seven fields as abs
   });
 });
 
-Deno.test("loadContent() renders HTML from the same Markdown, with raw HTML escaped", () => {
+Deno.test("loadContent() renders HTML from the same Markdown, with raw HTML escaped", async () => {
   const files = realFiles();
   files["index.md"] =
     "# Home of {{name}}\n\nWelcome <script>alert(1)</script> to **us**.\n\n<div onclick=x>hi</div>\n";
   const result = load(files, { PRODUCT_NAME: "Acme <b>" });
   if (!result.ok) assert.fail(result.errors.join("\n"));
+  await result.content.prepareMarkdown();
   const { html, markdown, meta } = result.content.home;
   assert.match(markdown, /^# Home of Acme <b>/);
   assert.match(html, /<h1[^>]*>Home of Acme &lt;b&gt;<\/h1>/);
@@ -124,4 +126,41 @@ Deno.test("fill(), titleOf() and summaryOf() do what the pages need", () => {
     summaryOf("# T\n\n- list\n\nThe [first](http://x) *real*\nparagraph.\n\nSecond."),
     "The first real paragraph.",
   );
+});
+
+Deno.test("loadContent() defers the API reference and the pages' HTML: a reference that cannot be generated fails only the page that uses it", async () => {
+  const files = realFiles();
+  const openapi = JSON.parse(files["openapi.json"]!);
+  openapi.paths["/api/v1/platform"].get.responses["200"] = { $ref: "https://elsewhere.example/x" };
+  files["openapi.json"] = JSON.stringify(openapi);
+  const result = load(files);
+  assert.ok(result.ok, result.ok ? "" : result.errors.join("\n"));
+  const content = result.content;
+  await content.prepareMarkdown();
+  assert.match(content.home.html, /<!doctype html>/i);
+  assert.match(content.openapi, /elsewhere\.example/);
+  assert.throws(() => content.developers.markdown, /only local references are supported/);
+  assert.throws(() => content.developers.html, /only local references are supported/);
+});
+
+Deno.test("loadContent() puts the generated API reference where {{api_reference}} stands, in Markdown and HTML", async () => {
+  const result = loadContent(config());
+  assert.ok(result.ok);
+  await result.content.prepareMarkdown();
+  const { developers } = result.content;
+  assert.ok(!developers.markdown.includes("\u0000"));
+  assert.ok(!developers.markdown.includes("{{api_reference}}"));
+  assert.match(developers.markdown, /curl /);
+  assert.match(developers.html, /<code class="language-sh">curl /);
+  assert.equal(developers.html, result.content.developers.html);
+});
+
+Deno.test("loadContent() loads marked only when asked: a page's HTML cannot be read before prepareMarkdown()", async () => {
+  const result = loadContent(config());
+  assert.ok(result.ok);
+  const { home } = result.content;
+  assert.match(home.markdown, /^# /m);
+  assert.throws(() => home.html, /before the Markdown renderer was loaded/);
+  await result.content.prepareMarkdown();
+  assert.match(home.html, /<!doctype html>/i);
 });
