@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { AccessRecord } from "./app.ts";
+import type { AccessRecord } from "./handler.ts";
 
 /** Options of {@linkcode createAccessLog}. */
 export interface AccessLogOptions {

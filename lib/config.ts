@@ -7,7 +7,7 @@
  * @module
  */
 
-import { type CidrSet, parseCidrSet, parseIp } from "./caller.ts";
+import { type CidrSet, parseCidrSet, parseIp } from "./limit/caller.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
 export const MIN_DEPRECATION_NOTICE_DAYS = 90;

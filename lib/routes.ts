@@ -9,7 +9,7 @@
  */
 
 import type { Config } from "./config.ts";
-import type { Content, Page } from "./content.ts";
+import type { Content, Page } from "./pages/content.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -17,9 +17,9 @@ import {
   linkHeader,
   pageLinks,
   STYLESHEET_PATH,
-} from "./layout.ts";
-import { memoize, preferredType } from "./negotiate.ts";
-import { buildRepresentation, type Representation } from "./representation.ts";
+} from "./pages/layout.ts";
+import { memoize, preferredType } from "./http/negotiate.ts";
+import { buildRepresentation, type Representation } from "./http/representation.ts";
 
 /** A header field as a name/value pair. */
 export type HeaderField = readonly [string, string];

@@ -13,10 +13,10 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../lib/app.ts";
+import { type AccessRecord, createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
-import { type Content, loadContent } from "../lib/content.ts";
-import { MemoryStore, type RateLimitStore } from "../lib/rate_limit.ts";
+import { type Content, loadContent } from "../lib/pages/content.ts";
+import { MemoryStore, type RateLimitStore } from "../lib/limit/memory.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [

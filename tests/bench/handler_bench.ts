@@ -10,12 +10,12 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../../lib/app.ts";
+import { type AccessRecord, createHandler } from "../../lib/handler.ts";
 import { formatAccessRecord } from "../../lib/access_log.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { memoize, preferredEncoding, preferredType } from "../../lib/negotiate.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { memoize, preferredEncoding, preferredType } from "../../lib/http/negotiate.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
 
 const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));

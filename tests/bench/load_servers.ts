@@ -15,10 +15,10 @@
  */
 // deno-lint-ignore-file no-console
 
-import { createHandler } from "../../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { denoEnv, loadConfig } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 import { sendableBody } from "../../lib/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 

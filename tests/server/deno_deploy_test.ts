@@ -6,8 +6,13 @@
  */
 
 import assert from "node:assert/strict";
-import { loadConfig } from "../lib/config.ts";
-import { DEPLOY_STORE_TIMEOUT_MS, deployEnv, deployUrl, onDenoDeploy } from "../lib/deno_deploy.ts";
+import { loadConfig } from "../../lib/config.ts";
+import {
+  DEPLOY_STORE_TIMEOUT_MS,
+  deployEnv,
+  deployUrl,
+  onDenoDeploy,
+} from "../../lib/server/deno_deploy.ts";
 
 const PLATFORM = {
   DENO_DEPLOY: "true",

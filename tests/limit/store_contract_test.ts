@@ -12,10 +12,10 @@ import {
   MemoryStore,
   type RateLimitPolicy,
   type RateLimitStore,
-} from "../lib/rate_limit.ts";
-import { KvStore } from "../lib/rate_limit_kv.ts";
-import { openRedisStore } from "../lib/rate_limit_redis.ts";
-import { redisUnavailableReason, startRedis } from "./_redis.ts";
+} from "../../lib/limit/memory.ts";
+import { KvStore } from "../../lib/limit/kv.ts";
+import { openRedisStore } from "../../lib/limit/redis.ts";
+import { redisUnavailableReason, startRedis } from "../_redis.ts";
 
 const POLICY: RateLimitPolicy = { limit: 3, windowMs: 10_000 };
 const T0 = 1_700_000_000_000;

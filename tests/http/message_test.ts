@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ifNoneMatchMatches, pathOf } from "../lib/http.ts";
+import { ifNoneMatchMatches, pathOf } from "../../lib/http/message.ts";
 
 Deno.test("pathOf() returns the path without query or fragment, as new URL() would", () => {
   const urls = [

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { explainKvError } from "../lib/startup.ts";
+import { explainKvError } from "../../lib/server/startup.ts";
 
 Deno.test("explainKvError() on Deno Deploy with no KV_PATH says to attach a database or use memory", () => {
   const sentence = explainKvError(new Error("database not found"), undefined, {

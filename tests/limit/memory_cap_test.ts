@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 
 const POLICY = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { memoize, preferredEncoding, preferredType } from "../lib/negotiate.ts";
+import { memoize, preferredEncoding, preferredType } from "../../lib/http/negotiate.ts";
 
 const PLATFORM = ["application/json", "text/markdown"] as const;
 const PAGE = ["text/html", "text/markdown"] as const;

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import { buildRepresentation } from "../lib/representation.ts";
+import { buildRepresentation } from "../../lib/http/representation.ts";
 
 const TEXT = "# Title\n\n" + "Some text that repeats. ".repeat(40);
 

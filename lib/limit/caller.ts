@@ -14,8 +14,8 @@
  * @module
  */
 
-import type { ForwardedHeader } from "./config.ts";
-import { compactKey } from "./rate_limit.ts";
+import type { ForwardedHeader } from "../config.ts";
+import { compactKey } from "./memory.ts";
 
 /** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
 export type IpBytes = Uint8Array;

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { type Decision, type RateLimitPolicy, resetSecondsOf } from "./rate_limit.ts";
+import { type Decision, type RateLimitPolicy, resetSecondsOf } from "./memory.ts";
 
 /**
  * What a look-up without counting reports, given the caller's live count and oldest timestamp: the

@@ -16,7 +16,7 @@ import {
   REBASE_AFTER_MS,
   resetSecondsOf,
   setRateLimitHeaders,
-} from "../lib/rate_limit.ts";
+} from "../../lib/limit/memory.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;

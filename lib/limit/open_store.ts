@@ -8,9 +8,9 @@
  * @module
  */
 
-import type { Config } from "./config.ts";
-import { MemoryStore, type RateLimitPolicy, type RateLimitStore } from "./rate_limit.ts";
-import { GuardedStore, type StoreIncident } from "./rate_limit_guard.ts";
+import type { Config } from "../config.ts";
+import { MemoryStore, type RateLimitPolicy, type RateLimitStore } from "./memory.ts";
+import { GuardedStore, type StoreIncident } from "./guard.ts";
 
 /** Options of {@linkcode openRateLimitStore}. */
 export interface OpenStoreOptions {
@@ -42,10 +42,10 @@ export async function openRateLimitStore(
   }
   let store: RateLimitStore;
   if (config.rateLimitStore === "kv") {
-    const { openKvStore } = await import("./rate_limit_kv.ts");
+    const { openKvStore } = await import("./kv.ts");
     store = await openKvStore(policy, { path: config.kvPath });
   } else {
-    const { openRedisStore } = await import("./rate_limit_redis.ts");
+    const { openRedisStore } = await import("./redis.ts");
     // The URL is required by loadConfig whenever the store is redis.
     store = await openRedisStore(config.redisUrl!, policy, {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, 1000),

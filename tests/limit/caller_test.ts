@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createHandler } from "../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import {
   callerKey,
   type CallerOptions,
@@ -18,9 +18,9 @@ import {
   parseIp,
   truncatedAddress,
   unmapIpv4,
-} from "../lib/caller.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
-import { testConfig, testContent } from "./_server.ts";
+} from "../../lib/limit/caller.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { testConfig, testContent } from "../_server.ts";
 
 const NO_PROXIES: CallerOptions = {
   trustedProxies: parseCidrSet("").set,

@@ -7,16 +7,16 @@
  */
 
 import assert from "node:assert/strict";
-import { createHandler } from "../lib/app.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
-import type { Decision, RateLimitPolicy, RateLimitStore } from "../lib/rate_limit.ts";
+import { createHandler } from "../../lib/handler.ts";
+import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import type { Decision, RateLimitPolicy, RateLimitStore } from "../../lib/limit/memory.ts";
 import {
   GuardedStore,
   type StoreFailurePolicy,
   type StoreIncident,
   StoreTimeoutError,
-} from "../lib/rate_limit_guard.ts";
+} from "../../lib/limit/guard.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const ANSWER: Decision = { allowed: true, remaining: 41, resetSeconds: 17 };

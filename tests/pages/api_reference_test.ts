@@ -14,10 +14,10 @@ import {
   resolveRef,
   shellWord,
   tableCell,
-} from "../lib/api_reference.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
-import { EXPOSED_FIELDS } from "./_server.ts";
+} from "../../lib/pages/api_reference.ts";
+import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { EXPOSED_FIELDS } from "../_server.ts";
 
 const HEADER = (description: string, example: string) => ({
   description,

@@ -10,9 +10,14 @@
  * @module
  */
 
-import { createCallerKey, NO_ADDRESS_KEY, type PeerInfo, truncatedAddress } from "./caller.ts";
+import {
+  createCallerKey,
+  NO_ADDRESS_KEY,
+  type PeerInfo,
+  truncatedAddress,
+} from "./limit/caller.ts";
 import type { Config } from "./config.ts";
-import type { Content } from "./content.ts";
+import type { Content } from "./pages/content.ts";
 import {
   errorCatalog,
   type ErrorCode,
@@ -20,16 +25,16 @@ import {
   errorJson,
   errorMarkdown,
 } from "./errors.ts";
-import { ifNoneMatchMatches, isValidHost, pathOf, STATUS } from "./http.ts";
-import { renderPage } from "./layout.ts";
-import { type Encoding, memoize, preferredEncoding, preferredType } from "./negotiate.ts";
+import { ifNoneMatchMatches, isValidHost, pathOf, STATUS } from "./http/message.ts";
+import { renderPage } from "./pages/layout.ts";
+import { type Encoding, memoize, preferredEncoding, preferredType } from "./http/negotiate.ts";
 import {
   type Decision,
   policyHeader,
   type RateLimitConstants,
   type RateLimitStore,
-} from "./rate_limit.ts";
-import type { Representation, Variant } from "./representation.ts";
+} from "./limit/memory.ts";
+import type { Representation, Variant } from "./http/representation.ts";
 import {
   createResponseCache,
   type ResponseCacheOptions,

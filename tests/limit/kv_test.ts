@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { decodeLog, encodeLog, KvStore } from "../lib/rate_limit_kv.ts";
+import { decodeLog, encodeLog, KvStore } from "../../lib/limit/kv.ts";
 
 const POLICY = { limit: 25, windowMs: 60_000 };
 const NOW = 1_700_000_000_000;

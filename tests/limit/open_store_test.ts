@@ -6,10 +6,10 @@
  */
 
 import assert from "node:assert/strict";
-import { type Env, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
-import { GuardedStore } from "../lib/rate_limit_guard.ts";
-import { openRateLimitStore } from "../lib/rate_limit_store.ts";
+import { type Env, type EnvName, loadConfig, recordEnv } from "../../lib/config.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { GuardedStore } from "../../lib/limit/guard.ts";
+import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 
 function configOf(env: Partial<Record<EnvName, string>>) {
   const result = loadConfig(recordEnv(env) satisfies Env);

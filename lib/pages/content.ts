@@ -16,11 +16,11 @@
 
 import { join } from "node:path";
 import { apiReferenceMarkdown } from "./api_reference.ts";
-import type { Config } from "./config.ts";
+import type { Config } from "../config.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
-export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "static");
+export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "..", "static");
 
 /** A page with both of its representations; each property is built the first time it is read. */
 export interface Page {

@@ -7,8 +7,15 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
-import { fill, loadContent, STATIC_DIR, STATIC_FILES, summaryOf, titleOf } from "../lib/content.ts";
+import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import {
+  fill,
+  loadContent,
+  STATIC_DIR,
+  STATIC_FILES,
+  summaryOf,
+  titleOf,
+} from "../../lib/pages/content.ts";
 
 function config(env: Parameters<typeof recordEnv>[0] = {}): Config {
   const result = loadConfig(

@@ -7,7 +7,12 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { callerKey, type CallerOptions, createCallerKey, parseCidrSet } from "../lib/caller.ts";
+import {
+  callerKey,
+  type CallerOptions,
+  createCallerKey,
+  parseCidrSet,
+} from "../../lib/limit/caller.ts";
 
 function options(proxies: string, header: CallerOptions["forwardedHeader"] = "x-forwarded-for") {
   return { trustedProxies: parseCidrSet(proxies).set, forwardedHeader: header };

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { escapeHtml, renderPage } from "../lib/layout.ts";
+import { escapeHtml, renderPage } from "../../lib/pages/layout.ts";
 
 const SITE = {
   name: "Acme & Co",

@@ -7,9 +7,9 @@
  */
 
 import assert from "node:assert/strict";
-import { createDrain } from "../lib/serve.ts";
-import { exchange, getHead } from "./_keep_alive_load.ts";
-import { startService } from "./_service_process.ts";
+import { createDrain } from "../../lib/server/serve.ts";
+import { exchange, getHead } from "../_keep_alive_load.ts";
+import { startService } from "../_service_process.ts";
 
 const INFO = {
   remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 },
