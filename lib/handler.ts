@@ -33,7 +33,7 @@ import {
   policyHeader,
   type RateLimitConstants,
   type RateLimitStore,
-} from "./limit/memory.ts";
+} from "./limit/decision.ts";
 import type { Representation, Variant } from "./http/representation.ts";
 import {
   createResponseCache,

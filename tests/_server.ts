@@ -16,7 +16,8 @@
 import { type AccessRecord, createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
-import { MemoryStore, type RateLimitStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
+import { type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [

@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import { type AccessRecord, createHandler, type Handler } from "../lib/handler.ts";
-import { type Decision, MemoryStore, type RateLimitStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
+import { type Decision, type RateLimitStore } from "../lib/limit/decision.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {

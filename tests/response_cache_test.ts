@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { type Decision, rateLimitFields } from "../lib/limit/memory.ts";
+import { type Decision, rateLimitFields } from "../lib/limit/decision.ts";
 import {
   buildResponse,
   createResponseCache,

@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { Decision, RateLimitPolicy, RateLimitStore } from "./memory.ts";
+import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
 
 /** What to do when the store cannot decide: admit (`open`) or refuse (`closed`). */
 export type StoreFailurePolicy = "open" | "closed";

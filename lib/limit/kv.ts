@@ -19,8 +19,8 @@
  * @module
  */
 
-import { peekDecision } from "./_shared.ts";
-import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./memory.ts";
+import { peekDecision } from "./decision.ts";
+import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
 
 /** The most timestamps one KV value can hold: values are limited to 64 KiB, 8 bytes per timestamp. */
 export const KV_MAX_LIMIT = 8000;

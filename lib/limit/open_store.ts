@@ -9,7 +9,8 @@
  */
 
 import type { Config } from "../config.ts";
-import { MemoryStore, type RateLimitPolicy, type RateLimitStore } from "./memory.ts";
+import { MemoryStore } from "./memory.ts";
+import { type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
 import { GuardedStore, type StoreIncident } from "./guard.ts";
 
 /** Options of {@linkcode openRateLimitStore}. */

@@ -16,8 +16,8 @@
  */
 
 import { createClient, defineScript } from "@redis/client";
-import { peekDecision } from "./_shared.ts";
-import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./memory.ts";
+import { peekDecision } from "./decision.ts";
+import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
 
 /** KEYS[1] = log; ARGV = now, window ms, limit, member. Returns {admitted, count before, oldest}. */
 const HIT_SCRIPT = `

@@ -16,7 +16,7 @@
 // deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
-import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/memory.ts";
+import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { freePort, startRedis, type TestRedis, waitForPort } from "../_redis.ts";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
-import type { Decision, RateLimitPolicy, RateLimitStore } from "../../lib/limit/memory.ts";
+import type { Decision, RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
 import {
   GuardedStore,
   type StoreFailurePolicy,

@@ -7,16 +7,14 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
+import { compactKey, MemoryStore, REBASE_AFTER_MS } from "../../lib/limit/memory.ts";
 import {
-  compactKey,
   decide,
-  MemoryStore,
   policyHeader,
   type RateLimitPolicy,
-  REBASE_AFTER_MS,
   resetSecondsOf,
   setRateLimitHeaders,
-} from "../../lib/limit/memory.ts";
+} from "../../lib/limit/decision.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;

@@ -7,12 +7,12 @@
  */
 
 import assert from "node:assert/strict";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 import {
   type Decision,
-  MemoryStore,
   type RateLimitPolicy,
   type RateLimitStore,
-} from "../../lib/limit/memory.ts";
+} from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
