@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { type Decision, rateLimitFields } from "../lib/limit/decision.ts";
+import type { Decision } from "../lib/limit/decision.ts";
 import {
   buildResponse,
   createResponseCache,
@@ -139,20 +139,6 @@ Deno.test("respond() does not keep decisions outside the key's exact range, and 
 Deno.test("buildResponse() without a decision sends the template's fields only", () => {
   const response = buildResponse(OK, undefined, CONSTANTS);
   assert.deepEqual([...response.headers].map(([name]) => name), ["content-type", "etag"]);
-});
-
-Deno.test("rateLimitFields() lists the five fields in draft-10 syntax, and Retry-After on refusal", () => {
-  assert.deepEqual(rateLimitFields({ allowed: true, remaining: 3, resetSeconds: 9 }, CONSTANTS), [
-    ["ratelimit-policy", '"default";q=60;w=60'],
-    ["ratelimit", '"default";r=3;t=9'],
-    ["ratelimit-limit", "60"],
-    ["ratelimit-remaining", "3"],
-    ["ratelimit-reset", "9"],
-  ]);
-  assert.deepEqual(
-    rateLimitFields({ allowed: false, remaining: 0, resetSeconds: 4 }, CONSTANTS).at(-1),
-    ["retry-after", "4"],
-  );
 });
 
 Deno.test("sendableBody() keeps unencoded UTF-8 as text and everything else as bytes", async () => {

@@ -104,20 +104,6 @@ export function insertInOrder(log: number[], t: number): void {
   log.splice(i, 0, t);
 }
 
-/** The header values of one decision, per draft-ietf-httpapi-ratelimit-headers-10 and the older fields. */
-export interface RateLimitHeaderValues {
-  /** `RateLimit-Policy` (the same on every response). */
-  policy: string;
-  /** `RateLimit`. */
-  rateLimit: string;
-  /** `RateLimit-Limit`. */
-  limit: string;
-  /** `RateLimit-Remaining`. */
-  remaining: string;
-  /** `RateLimit-Reset`. */
-  reset: string;
-}
-
 /** Builds the `RateLimit-Policy` value: `"default";q=60;w=60`. */
 export function policyHeader(policy: RateLimitPolicy): string {
   return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
@@ -150,15 +136,4 @@ export function rateLimitFields(
   ];
   if (!decision.allowed) fields.push(["retry-after", reset]);
   return fields;
-}
-
-/**
- * Sets the five rate-limit headers of `decision` on `headers` (and `Retry-After` when it was refused).
- */
-export function setRateLimitHeaders(
-  headers: Headers,
-  decision: Decision,
-  constants: RateLimitConstants,
-): void {
-  for (const [name, value] of rateLimitFields(decision, constants)) headers.set(name, value);
 }

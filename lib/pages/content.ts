@@ -66,8 +66,6 @@ export interface Content {
    * once this has resolved; until then reading it throws.
    */
   prepareMarkdown: () => Promise<void>;
-  /** Renders Markdown to HTML the way pages are rendered (raw HTML escaped), once prepared. */
-  renderMarkdown: (markdown: string) => string;
 }
 
 /** The outcome of {@linkcode loadContent}. */
@@ -316,7 +314,6 @@ export function loadContent(
     }),
     site,
     prepareMarkdown,
-    renderMarkdown: render,
   };
   return { ok: true, content };
 }

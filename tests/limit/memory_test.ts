@@ -8,13 +8,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { compactKey, MemoryStore, REBASE_AFTER_MS } from "../../lib/limit/memory.ts";
-import {
-  decide,
-  policyHeader,
-  type RateLimitPolicy,
-  resetSecondsOf,
-  setRateLimitHeaders,
-} from "../../lib/limit/decision.ts";
+import { type RateLimitPolicy } from "../../lib/limit/decision.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;
@@ -115,47 +109,6 @@ Deno.test("the store never tracks more callers than its cap, and forgets the one
   assert.equal(reported, 1, "the cap is reported once per incident, not per caller");
   assert.equal(s.hit("a", T0).allowed, true, "a was forgotten, so it is admitted again");
   assert.equal(s.hit("e", T0).allowed, false, "e is still tracked");
-});
-
-Deno.test("resetSecondsOf() rounds up and never goes below zero", () => {
-  assert.equal(resetSecondsOf(T0, T0, 60_000), 60);
-  assert.equal(resetSecondsOf(T0, T0 + 59_001, 60_000), 1);
-  assert.equal(resetSecondsOf(T0, T0 + 70_000, 60_000), 0);
-});
-
-Deno.test("decide() admits under the limit and refuses at it", () => {
-  assert.deepEqual(decide(0, undefined, T0, POLICY), {
-    allowed: true,
-    remaining: 59,
-    resetSeconds: 60,
-  });
-  assert.deepEqual(decide(59, T0, T0 + 30_000, POLICY), {
-    allowed: true,
-    remaining: 0,
-    resetSeconds: 30,
-  });
-  assert.deepEqual(decide(60, T0, T0 + 30_000, POLICY), {
-    allowed: false,
-    remaining: 0,
-    resetSeconds: 30,
-  });
-});
-
-Deno.test("setRateLimitHeaders() writes the five fields in draft-10 syntax, and Retry-After only on refusal", () => {
-  const constants = { policy: policyHeader(POLICY), limit: "60" };
-  const ok = new Headers();
-  setRateLimitHeaders(ok, { allowed: true, remaining: 12, resetSeconds: 7 }, constants);
-  assert.deepEqual(Object.fromEntries(ok), {
-    "ratelimit-policy": '"default";q=60;w=60',
-    "ratelimit": '"default";r=12;t=7',
-    "ratelimit-limit": "60",
-    "ratelimit-remaining": "12",
-    "ratelimit-reset": "7",
-  });
-  const refused = new Headers();
-  setRateLimitHeaders(refused, { allowed: false, remaining: 0, resetSeconds: 31 }, constants);
-  assert.equal(refused.get("retry-after"), "31");
-  assert.equal(refused.get("ratelimit-reset"), "31");
 });
 
 Deno.test("property: no caller is ever admitted more than the limit in any window", () => {
