@@ -19,8 +19,14 @@
  * @module
  */
 
-import { peekDecision } from "./decision.ts";
-import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
+import {
+  decide,
+  type Decision,
+  insertInOrder,
+  peekDecision,
+  type RateLimitPolicy,
+  type RateLimitStore,
+} from "./decision.ts";
 
 /** The most timestamps one KV value can hold: values are limited to 64 KiB, 8 bytes per timestamp. */
 export const KV_MAX_LIMIT = 8000;
@@ -147,7 +153,7 @@ export class KvStore implements RateLimitStore {
         log = live(log, now - windowMs);
         const decision = decide(log.length, log[0], now, this.#policy);
         if (decision.allowed) {
-          insertSorted(log, now);
+          insertInOrder(log, now); // processes' clocks differ a little: `now` is not always the newest
           admitted = true;
         }
         return decision;
@@ -225,11 +231,4 @@ function live(log: number[], cutoff: number): number[] {
   let expired = 0;
   while (expired < log.length && log[expired]! <= cutoff) expired++;
   return expired === 0 ? log : log.slice(expired);
-}
-
-/** Inserts `t` in order: processes' clocks differ a little, so `t` is not always the newest. */
-function insertSorted(log: number[], t: number): void {
-  let i = log.length;
-  while (i > 0 && log[i - 1]! > t) i--;
-  log.splice(i, 0, t);
 }

@@ -8,9 +8,9 @@ import {
   decide,
   type Decision,
   insertInOrder,
+  peekDecision,
   type RateLimitPolicy,
   type RateLimitStore,
-  resetSecondsOf,
 } from "./decision.ts";
 
 /** Options of {@linkcode MemoryStore}. */
@@ -159,15 +159,9 @@ export class MemoryStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.peek} */
   peek(key: string, now: number): Decision {
-    const { limit, windowMs } = this.#policy;
     const t = this.#offset(now);
-    const live = this.#live(this.#log.get(compactKey(key)), t - windowMs);
-    if (live.count === 0) return { allowed: true, remaining: limit, resetSeconds: 0 };
-    return {
-      allowed: live.count < limit,
-      remaining: Math.max(0, limit - live.count),
-      resetSeconds: resetSecondsOf(live.oldest, t, windowMs),
-    };
+    const live = this.#live(this.#log.get(compactKey(key)), t - this.#policy.windowMs);
+    return peekDecision(live.count, live.oldest, t, this.#policy);
   }
 
   /**
