@@ -7,7 +7,9 @@
  * @module
  */
 
-import { type CidrSet, parseCidrSet, parseIp } from "./limit/caller.ts";
+import { type CidrSet, type ForwardedHeader, parseCidrSet, parseIp } from "./limit/caller.ts";
+import { KV_MAX_LIMIT } from "./limit/kv.ts";
+import type { StoreSettings } from "./limit/open_store.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
 export const MIN_DEPRECATION_NOTICE_DAYS = 90;
@@ -18,20 +20,8 @@ const DAY_MS = 86_400_000;
 const HOST_NAME =
   /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
-/** Where rate-limit state lives: this process, Deno KV, or Redis. */
-export type RateLimitStoreKind = "memory" | "kv" | "redis";
-
-/** What the limiter answers when its store fails or times out: admit or refuse. */
-export type StoreErrorPolicy = "open" | "closed";
-
-/** The most requests per window the Deno KV store can hold for one caller (one 64 KiB value). */
-export const KV_MAX_RATE_LIMIT = 8000;
-
-/** Which forwarded header carries the client address when the peer is a trusted proxy. */
-export type ForwardedHeader = "x-forwarded-for" | "forwarded";
-
 /** The validated service configuration. */
-export interface Config {
+export interface Config extends StoreSettings {
   /** TCP port to listen on. */
   port: number;
   /** Interface to listen on. */
@@ -54,22 +44,6 @@ export interface Config {
   supportUrl: string;
   /** Address for access requests (customer-data APIs, research server). */
   supportEmail: string;
-  /** Requests admitted per caller in any window. */
-  rateLimit: number;
-  /** Window length in seconds. */
-  rateLimitWindowSeconds: number;
-  /** Most callers tracked at once by the in-memory store. */
-  rateLimitMaxCallers: number;
-  /** Where rate-limit state lives. */
-  rateLimitStore: RateLimitStoreKind;
-  /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
-  kvPath: string | undefined;
-  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
-  redisUrl: string | undefined;
-  /** The longest a shared store may take to decide, in ms. */
-  rateLimitStoreTimeoutMs: number;
-  /** What to answer when the shared store fails or times out. */
-  rateLimitOnStoreError: StoreErrorPolicy;
   /** Peers whose forwarded headers are believed; empty means none. */
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
@@ -173,9 +147,9 @@ export function loadConfig(env: Env): ConfigResult {
     errors,
   );
   const kvPath = read("KV_PATH");
-  if (rateLimitStore === "kv" && rateLimit > KV_MAX_RATE_LIMIT) {
+  if (rateLimitStore === "kv" && rateLimit > KV_MAX_LIMIT) {
     errors.push(
-      `RATE_LIMIT must be at most ${KV_MAX_RATE_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
     );
   }
   const redisUrl = read("REDIS_URL");

@@ -30,8 +30,8 @@ import { renderPage } from "./pages/layout.ts";
 import { type Encoding, memoize, preferredEncoding, preferredType } from "./http/negotiate.ts";
 import {
   type Decision,
-  policyHeader,
-  type RateLimitConstants,
+  policyOf,
+  rateLimitConstants,
   type RateLimitStore,
 } from "./limit/decision.ts";
 import type { Representation, Variant } from "./http/representation.ts";
@@ -193,14 +193,10 @@ export function createHandler(options: HandlerOptions): Handler {
   const { config, content, store } = options;
   const now = options.now ?? Date.now;
   const catalog = errorCatalog(config);
-  const rateConstants: RateLimitConstants = {
-    policy: policyHeader({
-      limit: config.rateLimit,
-      windowMs: config.rateLimitWindowSeconds * 1000,
-    }),
-    limit: String(config.rateLimit),
-  };
-  const cache = createResponseCache(rateConstants, options.responseCache);
+  const cache = createResponseCache(
+    rateLimitConstants(policyOf(config)),
+    options.responseCache,
+  );
   let toldNoAddress = false;
   const onNoAddress = options.onNoAddress;
   const callerKey = createCallerKey({

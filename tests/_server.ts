@@ -17,7 +17,7 @@ import { type AccessRecord, createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { type RateLimitStore } from "../lib/limit/decision.ts";
+import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [
@@ -132,7 +132,7 @@ export function startServer(options: ServerOptions = {}): Promise<TestServer> {
   const content = testContent(config);
   const clock = options.clock ?? manualClock();
   const store = options.store ?? new MemoryStore(
-    { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 },
+    policyOf(config),
     { maxCallers: config.rateLimitMaxCallers, now: clock.now, sweep: false },
   );
   const records: AccessRecord[] = [];

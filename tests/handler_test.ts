@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { type AccessRecord, createHandler, type Handler } from "../lib/handler.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { type Decision, type RateLimitStore } from "../lib/limit/decision.ts";
+import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {
@@ -35,7 +35,7 @@ function setup(env: EnvRecord = {}, store?: RateLimitStore): Setup {
   const content = testContent(config);
   const clock = manualClock();
   const memory = new MemoryStore(
-    { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 },
+    policyOf(config),
     { now: clock.now, sweep: false },
   );
   const records: AccessRecord[] = [];

@@ -14,8 +14,8 @@
  * @module
  */
 
-import type { ForwardedHeader } from "../config.ts";
-import { compactKey } from "./memory.ts";
+/** Which forwarded header carries the client address when the peer is a trusted proxy. */
+export type ForwardedHeader = "x-forwarded-for" | "forwarded";
 
 /** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
 export type IpBytes = Uint8Array;
@@ -194,6 +194,44 @@ export function keyOfIp(bytes: IpBytes): string {
 }
 
 /**
+ * The 32-bit value of a canonical dotted IPv4 address (no leading zeros, as {@linkcode keyOfIp}
+ * writes it), or `undefined` for any other text. A caller key that has a value is an IPv4 address.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(ipv4Value("192.0.2.1"), 0xc0000201 | 0);
+ * assert.equal(ipv4Value("192.0.2.01"), undefined);
+ * ```
+ */
+export function ipv4Value(key: string): number | undefined {
+  const length = key.length;
+  if (length < 7 || length > 15) return undefined;
+  let value = 0;
+  let part = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = 0; i < length; i++) {
+    const c = key.charCodeAt(i);
+    if (c >= 48 && c <= 57) {
+      // A leading zero is refused ("010"): that spelling is not canonical.
+      if (digits === 1 && part === 0) return undefined;
+      part = part * 10 + (c - 48);
+      digits++;
+    } else if (c === 46 && digits > 0 && part <= 255 && dots < 3) {
+      value = (value << 8) | part;
+      part = 0;
+      digits = 0;
+      dots++;
+    } else {
+      return undefined;
+    }
+  }
+  if (dots !== 3 || digits === 0 || part > 255) return undefined;
+  return (value << 8) | part;
+}
+
+/**
  * The rate-limit key of a request.
  *
  * @example
@@ -274,8 +312,7 @@ export function createCallerKey(
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
       // or not, and its key is itself.
       const value = headers.get("x-forwarded-for");
-      // compactKey gives a number exactly for a dotted IPv4 address as keyOfIp writes it.
-      if (value !== null && typeof compactKey(value) === "number") return value;
+      if (value !== null && ipv4Value(value) !== undefined) return value;
     }
     return callerKey(headers, info, options);
   };

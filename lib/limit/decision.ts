@@ -104,6 +104,30 @@ export function insertInOrder(log: number[], t: number): void {
   log.splice(i, 0, t);
 }
 
+/** The settings a policy is made of, as the configuration names them. */
+export interface PolicySettings {
+  /** Requests admitted per caller in any window. */
+  rateLimit: number;
+  /** Window length in seconds. */
+  rateLimitWindowSeconds: number;
+}
+
+/**
+ * The rate-limit policy of the configuration's settings.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(policyOf({ rateLimit: 60, rateLimitWindowSeconds: 60 }), {
+ *   limit: 60,
+ *   windowMs: 60_000,
+ * });
+ * ```
+ */
+export function policyOf(settings: PolicySettings): RateLimitPolicy {
+  return { limit: settings.rateLimit, windowMs: settings.rateLimitWindowSeconds * 1000 };
+}
+
 /** Builds the `RateLimit-Policy` value: `"default";q=60;w=60`. */
 export function policyHeader(policy: RateLimitPolicy): string {
   return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
@@ -115,6 +139,22 @@ export interface RateLimitConstants {
   policy: string;
   /** `RateLimit-Limit`. */
   limit: string;
+}
+
+/**
+ * The rate-limit field values that are the same on every response of `policy`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(rateLimitConstants({ limit: 60, windowMs: 60_000 }), {
+ *   policy: '"default";q=60;w=60',
+ *   limit: "60",
+ * });
+ * ```
+ */
+export function rateLimitConstants(policy: RateLimitPolicy): RateLimitConstants {
+  return { policy: policyHeader(policy), limit: String(policy.limit) };
 }
 
 /**

@@ -12,6 +12,7 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "./decision.ts";
+import { ipv4Value } from "./caller.ts";
 
 /** Options of {@linkcode MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -35,35 +36,14 @@ export interface MemoryStoreStats {
 
 /**
  * The key a caller is held under in the in-memory store: a canonical dotted IPv4 address (no leading
- * zeros, as `keyOfIp` in `caller.ts` writes it) as its 32-bit value, which V8 keeps as a small integer
- * (no string to hash, compare or keep alive); any other key as it is. Distinct strings get distinct
- * keys: only canonical addresses become numbers, and a number never equals a string in a `Map`.
+ * zeros, as `keyOfIp` in `caller.ts` writes it) as its 32-bit value ({@linkcode ipv4Value}), which V8
+ * keeps as a small integer (no string to hash, compare or keep alive); any other key as it is.
+ * Distinct strings get distinct keys: only canonical addresses become numbers, and a number never
+ * equals a string in a `Map`.
  */
 export function compactKey(key: string): number | string {
-  const length = key.length;
-  if (length < 7 || length > 15) return key;
-  let value = 0;
-  let part = 0;
-  let digits = 0;
-  let dots = 0;
-  for (let i = 0; i < length; i++) {
-    const c = key.charCodeAt(i);
-    if (c >= 48 && c <= 57) {
-      // A leading zero is refused ("010"): that spelling is not canonical.
-      if (digits === 1 && part === 0) return key;
-      part = part * 10 + (c - 48);
-      digits++;
-    } else if (c === 46 && digits > 0 && part <= 255 && dots < 3) {
-      value = (value << 8) | part;
-      part = 0;
-      digits = 0;
-      dots++;
-    } else {
-      return key;
-    }
-  }
-  if (dots !== 3 || digits === 0 || part > 255) return key;
-  return (value << 8) | part;
+  const value = ipv4Value(key);
+  return value === undefined ? key : value;
 }
 
 /**

@@ -8,10 +8,28 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.ts";
+import { GuardedStore, type StoreFailurePolicy, type StoreIncident } from "./guard.ts";
 import { MemoryStore } from "./memory.ts";
-import { type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
-import { GuardedStore, type StoreIncident } from "./guard.ts";
+
+/** Where rate-limit state lives: this process, Deno KV, or Redis. */
+export type RateLimitStoreKind = "memory" | "kv" | "redis";
+
+/** What {@linkcode openRateLimitStore} reads of the configuration (the service's `Config` is one). */
+export interface StoreSettings extends PolicySettings {
+  /** Where rate-limit state lives. */
+  rateLimitStore: RateLimitStoreKind;
+  /** Most callers tracked at once by the in-memory store. */
+  rateLimitMaxCallers: number;
+  /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
+  kvPath: string | undefined;
+  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
+  redisUrl: string | undefined;
+  /** The longest a shared store may take to decide, in ms. */
+  rateLimitStoreTimeoutMs: number;
+  /** What to answer when the shared store fails or times out. */
+  rateLimitOnStoreError: StoreFailurePolicy;
+}
 
 /** Options of {@linkcode openRateLimitStore}. */
 export interface OpenStoreOptions {
@@ -21,17 +39,12 @@ export interface OpenStoreOptions {
   onIncident?: (incident: StoreIncident) => void;
 }
 
-/** The rate-limit policy of a configuration. */
-export function policyOf(config: Config): RateLimitPolicy {
-  return { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 };
-}
-
 /**
  * Opens the configured store. A shared store that is unreachable at start-up does not stop the
  * service: its calls fail, the failure policy answers, and limiting resumes when the store is back.
  */
 export async function openRateLimitStore(
-  config: Config,
+  config: StoreSettings,
   options: OpenStoreOptions = {},
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);

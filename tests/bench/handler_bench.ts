@@ -15,6 +15,7 @@ import { formatAccessRecord } from "../../lib/access_log.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { memoize, preferredEncoding, preferredType } from "../../lib/http/negotiate.ts";
+import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
 
@@ -23,7 +24,7 @@ if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
 const content = loadContent(config);
 if (!content.ok) throw new Error(content.errors.join("; "));
-const policy = { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 };
+const policy = policyOf(config);
 const store = new MemoryStore(policy, { sweep: false });
 let records = 0;
 const handler = createHandler({ config, content: content.content, store });
