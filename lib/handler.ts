@@ -40,7 +40,7 @@ import {
   type ResponseCacheOptions,
   type ResponseTemplate,
   sendableBody,
-} from "./response_cache.ts";
+} from "./respond/response_cache.ts";
 import {
   ALLOWED_METHODS,
   buildRoutes,

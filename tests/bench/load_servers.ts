@@ -20,7 +20,7 @@ import { denoEnv, loadConfig } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
-import { sendableBody } from "../../lib/response_cache.ts";
+import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 
 const loaded = loadConfig(denoEnv());

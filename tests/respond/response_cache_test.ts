@@ -8,13 +8,13 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import type { Decision } from "../lib/limit/decision.ts";
+import type { Decision } from "../../lib/limit/decision.ts";
 import {
   buildResponse,
   createResponseCache,
   type ResponseTemplate,
   sendableBody,
-} from "../lib/response_cache.ts";
+} from "../../lib/respond/response_cache.ts";
 
 const CONSTANTS = { policy: '"default";q=60;w=60', limit: "60" };
 const BODY = new TextEncoder().encode('{"a":1}');

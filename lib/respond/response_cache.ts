@@ -12,8 +12,8 @@
  * @module
  */
 
-import { type Decision, type RateLimitConstants, rateLimitFields } from "./limit/decision.ts";
-import type { HeaderField } from "./routes.ts";
+import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/decision.ts";
+import type { HeaderField } from "../routes.ts";
 
 /** A response without its rate-limit fields: status, body and the fields that never change. */
 export interface ResponseTemplate {
