@@ -9,6 +9,7 @@
  */
 
 import type { Config } from "./config.ts";
+import type { HeaderField } from "./http/message.ts";
 import type { Content, Page } from "./pages/content.ts";
 import {
   API_CATALOG_PATH,
@@ -20,9 +21,6 @@ import {
 } from "./pages/layout.ts";
 import { memoize, preferredType } from "./http/negotiate.ts";
 import { buildRepresentation, type Representation } from "./http/representation.ts";
-
-/** A header field as a name/value pair. */
-export type HeaderField = readonly [string, string];
 
 /** One public path. */
 export interface Route {

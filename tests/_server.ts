@@ -13,7 +13,8 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../lib/handler.ts";
+import type { AccessRecord } from "../lib/access_log.ts";
+import { createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";

@@ -5,8 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createAccessLog, formatAccessRecord } from "../lib/access_log.ts";
-import type { AccessRecord } from "../lib/handler.ts";
+import { type AccessRecord, createAccessLog, formatAccessRecord } from "../lib/access_log.ts";
 
 const RECORD: AccessRecord = {
   time: "2026-01-01T00:00:00.000Z",

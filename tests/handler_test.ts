@@ -7,7 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { type AccessRecord, createHandler, type Handler } from "../lib/handler.ts";
+import type { AccessRecord } from "../lib/access_log.ts";
+import { createHandler, type Handler } from "../lib/handler.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 import { buildRoutes } from "../lib/routes.ts";

@@ -1,9 +1,12 @@
 /**
- * Small HTTP helpers with no policy of their own: status names, the path of a request URL without
- * parsing it, and `If-None-Match` matching.
+ * Small HTTP helpers with no policy of their own: status names, the header field type, the path of a
+ * request URL without parsing it, `If-None-Match` matching, `Host` validity and the CORS preflight.
  *
  * @module
  */
+
+/** A header field as a name/value pair, in the order it is sent. */
+export type HeaderField = readonly [string, string];
 
 /** The status codes the service answers with, by name. */
 export const STATUS = {
@@ -63,4 +66,43 @@ const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
  */
 export function isValidHost(host: string): boolean {
   return HOST.test(host);
+}
+
+/**
+ * An {@linkcode isValidHost} for the hot path: nearly every request names the same host, so the last
+ * valid one is remembered and answered without the regular expression.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const hostIsValid = createHostCheck();
+ * assert.equal(hostIsValid("api.example.com"), true);
+ * assert.equal(hostIsValid("evil.example/path"), false);
+ * ```
+ */
+export function createHostCheck(): (host: string) => boolean {
+  let lastValid = "";
+  return (host) => {
+    if (host === lastValid) return true;
+    if (!isValidHost(host)) return false;
+    lastValid = host;
+    return true;
+  };
+}
+
+/**
+ * Whether a request is a CORS preflight: `OPTIONS` with `Origin` and `Access-Control-Request-Method`
+ * (the browser asking permission, not the caller's own request).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const headers = new Headers({ origin: "https://a.example", "access-control-request-method": "GET" });
+ * assert.equal(isCorsPreflight("OPTIONS", headers), true);
+ * assert.equal(isCorsPreflight("OPTIONS", new Headers()), false);
+ * ```
+ */
+export function isCorsPreflight(method: string, headers: Pick<Headers, "has">): boolean {
+  return method === "OPTIONS" && headers.has("origin") &&
+    headers.has("access-control-request-method");
 }

@@ -177,3 +177,48 @@ export function rateLimitFields(
   if (!decision.allowed) fields.push(["retry-after", reset]);
   return fields;
 }
+
+/**
+ * The decision on a CORS preflight: the browser asking permission, not the caller's request. The
+ * caller's state is only looked at (never counted), and never reported as a refusal, so that its
+ * answer carries no `Retry-After` whatever the path.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const spent = { allowed: false, remaining: 0, resetSeconds: 12 };
+ * const store = { hit: () => spent, peek: () => spent, close() {} };
+ * assert.deepEqual(preflightDecision(store, "192.0.2.1", 0), { ...spent, allowed: true });
+ * ```
+ */
+export function preflightDecision(
+  store: Pick<RateLimitStore, "peek">,
+  key: string,
+  now: number,
+): Decision | Promise<Decision> {
+  const peeked = store.peek(key, now);
+  return peeked instanceof Promise ? peeked.then(granted) : granted(peeked);
+}
+
+function granted(decision: Decision): Decision {
+  return decision.allowed ? decision : { ...decision, allowed: true };
+}
+
+/**
+ * What a response reports when no decision was made (a failure before the limiter answered): the
+ * policy with nothing known to be left, so that clients slow down rather than speed up. Not a
+ * refusal, so no `Retry-After`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(undecided({ limit: 60, windowMs: 60_000 }), {
+ *   allowed: true,
+ *   remaining: 0,
+ *   resetSeconds: 60,
+ * });
+ * ```
+ */
+export function undecided(policy: RateLimitPolicy): Decision {
+  return { allowed: true, remaining: 0, resetSeconds: Math.round(policy.windowMs / 1000) };
+}

@@ -13,7 +13,7 @@
  */
 
 import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/decision.ts";
-import type { HeaderField } from "../routes.ts";
+import type { HeaderField } from "../http/message.ts";
 
 /** A response without its rate-limit fields: status, body and the fields that never change. */
 export interface ResponseTemplate {

@@ -10,7 +10,8 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../../lib/handler.ts";
+import type { AccessRecord } from "../../lib/access_log.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { formatAccessRecord } from "../../lib/access_log.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
