@@ -108,8 +108,11 @@ export function recordEnv(record: Partial<Record<EnvName, string>>): Env {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const result = loadConfig(recordEnv({ PORT: "8080" }));
- * if (result.ok) console.log(result.config.baseUrl); // http://localhost:8080
+ * assert(result.ok);
+ * assert.equal(result.config.baseUrl, "http://localhost:8080");
+ * assert.deepEqual(loadConfig(recordEnv({ PORT: "http" })).ok, false);
  * ```
  */
 export function loadConfig(env: Env): ConfigResult {

@@ -200,9 +200,12 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
  *
  * @example
  * ```ts
- * const answer = once(() => 6 * 7);
- * answer(); // 42, computed
- * answer(); // 42, remembered
+ * import assert from "node:assert/strict";
+ * let built = 0;
+ * const answer = once(() => ++built * 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(built, 1);
  * ```
  */
 export function once<T>(build: () => T): () => T {

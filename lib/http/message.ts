@@ -27,7 +27,8 @@ export const STATUS = {
  *
  * @example
  * ```ts
- * pathOf("http://localhost:8000/api/v1/platform?x=1"); // "/api/v1/platform"
+ * import assert from "node:assert/strict";
+ * assert.equal(pathOf("http://localhost:8000/api/v1/platform?x=1"), "/api/v1/platform");
  * ```
  */
 export function pathOf(url: string): string {

@@ -38,8 +38,9 @@ const NegotiatorClass = Negotiator as unknown as new (
  *
  * @example
  * ```ts
- * preferredType("text/markdown;q=0.9, application/json;q=0.5", ["application/json", "text/markdown"]);
- * // "text/markdown"
+ * import assert from "node:assert/strict";
+ * const accept = "text/markdown;q=0.9, application/json;q=0.5";
+ * assert.equal(preferredType(accept, ["application/json", "text/markdown"]), "text/markdown");
  * ```
  */
 export function preferredType<T extends string>(
@@ -60,8 +61,11 @@ export function preferredType<T extends string>(
  *
  * @example
  * ```ts
- * withoutMediaTypeParameters("text/markdown; charset=utf-8;q=0.8, application/json;q=0.1");
- * // "text/markdown;q=0.8,application/json;q=0.1"
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   withoutMediaTypeParameters("text/markdown; charset=utf-8;q=0.8, application/json;q=0.1"),
+ *   "text/markdown;q=0.8,application/json;q=0.1",
+ * );
  * ```
  */
 export function withoutMediaTypeParameters(accept: string): string {
@@ -88,9 +92,15 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding {
  *
  * @example
  * ```ts
- * const forPlatform = memoize((accept) => preferredType(accept, ["application/json", "text/markdown"]));
- * forPlatform("text/markdown"); // computed
- * forPlatform("text/markdown"); // remembered
+ * import assert from "node:assert/strict";
+ * let computed = 0;
+ * const forPlatform = memoize((accept) => {
+ *   computed++;
+ *   return preferredType(accept, ["application/json", "text/markdown"]);
+ * });
+ * assert.equal(forPlatform("text/markdown"), "text/markdown");
+ * assert.equal(forPlatform("text/markdown"), "text/markdown");
+ * assert.equal(computed, 1);
  * ```
  */
 export function memoize<R>(negotiate: (value: string | null) => R): (value: string | null) => R {

@@ -54,8 +54,10 @@ const ENCODER = new TextEncoder();
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const json = buildRepresentation("application/json", '{"a":1}');
- * json.variants.gzip.etag; // the identity ETag too: 7 bytes do not compress
+ * // 7 bytes do not compress: the gzip variant is the identity one.
+ * assert.equal(json.variants.gzip.etag, json.variants.identity.etag);
  * ```
  */
 export function buildRepresentation(

@@ -236,9 +236,10 @@ export function ipv4Value(key: string): number | undefined {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const options = { trustedProxies: parseCidrSet("").set, forwardedHeader: "x-forwarded-for" } as const;
- * callerKey(new Headers(), { remoteAddr: { hostname: "2001:db8:1:2:3:4:5:6" } }, options);
- * // "2001:0db8:0001:0002::/64"
+ * const peer = { remoteAddr: { hostname: "2001:db8:1:2:3:4:5:6" } };
+ * assert.equal(callerKey(new Headers(), peer, options), "2001:0db8:0001:0002::/64");
  * ```
  */
 export function callerKey(
@@ -281,8 +282,10 @@ const PEER_MEMO_LIMIT = 4096;
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const keyOf = createCallerKey({ trustedProxies: parseCidrSet("10.0.0.0/8").set, forwardedHeader: "x-forwarded-for" });
- * keyOf(new Headers({ "x-forwarded-for": "192.0.2.7" }), { remoteAddr: { hostname: "10.0.0.1" } }); // "192.0.2.7"
+ * const proxy = { remoteAddr: { hostname: "10.0.0.1" } };
+ * assert.equal(keyOf(new Headers({ "x-forwarded-for": "192.0.2.7" }), proxy), "192.0.2.7");
  * ```
  */
 export function createCallerKey(

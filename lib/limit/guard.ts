@@ -74,12 +74,24 @@ interface Incident {
  *
  * @example
  * ```ts
- * const store = new GuardedStore(redisStore, {
+ * import assert from "node:assert/strict";
+ * import type { StoreIncident } from "./guard.ts";
+ * const down = {
+ *   hit: () => Promise.reject(new Error("connection refused")),
+ *   peek: () => Promise.reject(new Error("connection refused")),
+ *   close() {},
+ * };
+ * const incidents: StoreIncident[] = [];
+ * const store = new GuardedStore(down, {
  *   policy: { limit: 60, windowMs: 60_000 },
  *   timeoutMs: 100,
  *   onError: "open",
- *   onIncident: (incident) => console.error(JSON.stringify(incident)),
+ *   onIncident: (incident) => incidents.push(incident),
  * });
+ * // Open: admitted, nothing counted, and the incident reported once.
+ * assert.equal((await store.hit("192.0.2.1", 0)).allowed, true);
+ * assert.equal(incidents[0]?.kind, "unavailable");
+ * await store.close();
  * ```
  */
 export class GuardedStore implements RateLimitStore {

@@ -65,9 +65,11 @@ interface Pending {
  *
  * @example
  * ```ts
- * const kv = await Deno.openKv("./rate_limit.sqlite3");
+ * import assert from "node:assert/strict";
+ * const kv = await Deno.openKv(":memory:");
  * const store = new KvStore(kv, { limit: 60, windowMs: 60_000 }, { ownsKv: true });
- * await store.hit("192.0.2.1", Date.now()); // { allowed: true, remaining: 59, resetSeconds: 60 }
+ * const decision = await store.hit("192.0.2.1", Date.now());
+ * assert.deepEqual(decision, { allowed: true, remaining: 59, resetSeconds: 60 });
  * store.close();
  * ```
  */

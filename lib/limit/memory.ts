@@ -68,8 +68,9 @@ export const REBASE_AFTER_MS = 2 ** 30;
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const store = new MemoryStore({ limit: 60, windowMs: 60_000 });
- * store.hit("192.0.2.1", Date.now()); // { allowed: true, remaining: 59, resetSeconds: 60 }
+ * assert.deepEqual(store.hit("192.0.2.1", Date.now()), { allowed: true, remaining: 59, resetSeconds: 60 });
  * store.close();
  * ```
  */

@@ -98,9 +98,12 @@ export interface RedisStoreStats {
  * The Redis store.
  *
  * @example
- * ```ts
+ * ```ts ignore
+ * // Not run by `deno test --doc`: it needs a Redis server (tests/limit/store_contract_test.ts starts one).
+ * import assert from "node:assert/strict";
  * const store = await openRedisStore("redis://127.0.0.1:6379", { limit: 60, windowMs: 60_000 });
- * await store.hit("192.0.2.1", Date.now()); // { allowed: true, remaining: 59, resetSeconds: 60 }
+ * const decision = await store.hit("192.0.2.1", Date.now());
+ * assert.deepEqual(decision, { allowed: true, remaining: 59, resetSeconds: 60 });
  * await store.close();
  * ```
  */

@@ -65,7 +65,8 @@ export function resolveRef(document: unknown, node: unknown): Node {
  *
  * @example
  * ```ts
- * firstSentence("A page. `text/html` by default."); // "A page."
+ * import assert from "node:assert/strict";
+ * assert.equal(firstSentence("A page. `text/html` by default."), "A page.");
  * ```
  */
 export function firstSentence(description: string): string {
@@ -98,8 +99,11 @@ export function shellWord(value: string): string {
  *
  * @example
  * ```ts
- * curlCommand("https://example.com/api/v1/platform", "text/markdown; charset=utf-8", false);
- * // "curl -s -H 'Accept: text/markdown' https://example.com/api/v1/platform"
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   curlCommand("https://example.com/api/v1/platform", "text/markdown; charset=utf-8", false),
+ *   "curl -s -H 'Accept: text/markdown' https://example.com/api/v1/platform",
+ * );
  * ```
  */
 export function curlCommand(url: string, mediaType: string, isDefault: boolean): string {
@@ -231,7 +235,20 @@ function exampleOf(header: Node): string {
  *
  * @example
  * ```ts
- * const markdown = apiReferenceMarkdown(JSON.parse(content.openapi));
+ * import assert from "node:assert/strict";
+ * const document = {
+ *   openapi: "3.1.0",
+ *   info: { title: "Example", version: "1.0.0" },
+ *   paths: {
+ *     "/things": {
+ *       get: {
+ *         summary: "List things",
+ *         responses: { "200": { description: "The things." } },
+ *       },
+ *     },
+ *   },
+ * };
+ * assert.match(apiReferenceMarkdown(document), /\/things/);
  * ```
  */
 export function apiReferenceMarkdown(

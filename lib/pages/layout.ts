@@ -77,10 +77,14 @@ export function escapeHtml(text: string): string {
  *
  * @example
  * ```ts
- * pageLinks({ path: "/developers", title: "", description: "", markdownUrl: "https://x/developers" }, site);
- * // [{ href: "https://x/developers", rel: "alternate", type: "text/markdown" },
- * //  { href: "https://x/openapi.json", rel: "service-desc", type: "application/vnd.oai.openapi+json" },
- * //  { href: "https://x/.well-known/api-catalog", rel: "api-catalog", type: "application/linkset+json" }]
+ * import assert from "node:assert/strict";
+ * const site = { name: "X", baseUrl: "https://x", supportUrl: "mailto:s@x.example" };
+ * const page = { path: "/developers", title: "", description: "", markdownUrl: "https://x/developers" };
+ * assert.deepEqual(pageLinks(page, site).map((link) => link.rel), [
+ *   "alternate",
+ *   "service-desc",
+ *   "api-catalog",
+ * ]);
  * ```
  */
 export function pageLinks(page: PageMeta, site: Site): PageLink[] {
@@ -110,8 +114,11 @@ export function apiCatalogLink(baseUrl: string): PageLink {
  *
  * @example
  * ```ts
- * linkHeader([{ href: "https://x/openapi.json", rel: "service-desc", type: "application/vnd.oai.openapi+json" }]);
- * // '<https://x/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"'
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   linkHeader([{ href: "https://x/openapi.json", rel: "service-desc", type: "application/vnd.oai.openapi+json" }]),
+ *   '<https://x/openapi.json>; rel="service-desc"; type="application/vnd.oai.openapi+json"',
+ * );
  * ```
  */
 export function linkHeader(links: readonly PageLink[]): string {

@@ -19,7 +19,8 @@ import { escapeHtml } from "./layout.ts";
  *
  * @example
  * ```ts
- * markdownRenderer()("# Hi <b>"); // '<h1 id="hi-b">Hi &lt;b&gt;</h1>\n'
+ * import assert from "node:assert/strict";
+ * assert.equal(markdownRenderer()("# Hi <b>"), '<h1 id="hi-b">Hi &lt;b&gt;</h1>\n');
  * ```
  */
 export function markdownRenderer(): (markdown: string) => string {

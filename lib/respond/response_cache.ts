@@ -107,10 +107,15 @@ function keyable(value: number, span: number): boolean {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const cache = createResponseCache({ policy: '"default";q=60;w=60', limit: "60" });
- * const template = { status: 200, body: new TextEncoder().encode("{}"), fields: [["content-type", "application/json"]] } as const;
- * cache.respond(template, { allowed: true, remaining: 59, resetSeconds: 60 }); // built, kept, cloned
- * cache.respond(template, { allowed: true, remaining: 59, resetSeconds: 60 }); // cloned
+ * const template = { status: 200, body: "{}", fields: [["content-type", "application/json"]] } as const;
+ * const decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+ * cache.respond(template, decision); // built, kept, cloned
+ * const response = cache.respond(template, decision); // cloned
+ * assert.equal(response.headers.get("ratelimit-remaining"), "59");
+ * assert.equal(await response.text(), "{}");
+ * assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 1 });
  * ```
  */
 export function createResponseCache(
