@@ -1,11 +1,18 @@
 /**
- * Tests of the HTTP helpers: request paths without URL parsing, and If-None-Match matching.
+ * Tests of the HTTP helpers: request paths without URL parsing, If-None-Match matching, the Host
+ * check and the CORS preflight test.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { ifNoneMatchMatches, pathOf } from "../../lib/http/message.ts";
+import {
+  createHostCheck,
+  ifNoneMatchMatches,
+  isCorsPreflight,
+  isValidHost,
+  pathOf,
+} from "../../lib/http/message.ts";
 
 Deno.test("pathOf() returns the path without query or fragment, as new URL() would", () => {
   const urls = [
@@ -39,4 +46,29 @@ Deno.test("ifNoneMatchMatches() uses weak comparison over a list, and * matches 
   for (const [value, expected] of cases) {
     assert.equal(ifNoneMatchMatches(value, etag), expected, value);
   }
+});
+
+Deno.test("createHostCheck() answers as isValidHost() does, the remembered host included", () => {
+  const hostIsValid = createHostCheck();
+  const hosts = [
+    "api.example",
+    "api.example",
+    "a/b",
+    "api.example",
+    "[::1]:8000",
+    "x@y",
+    "[::1]:8000",
+  ];
+  for (const host of hosts) assert.equal(hostIsValid(host), isValidHost(host), host);
+});
+
+Deno.test("isCorsPreflight() needs OPTIONS, Origin and Access-Control-Request-Method together", () => {
+  const both = { origin: "https://a.example", "access-control-request-method": "GET" };
+  assert.equal(isCorsPreflight("OPTIONS", new Headers(both)), true);
+  assert.equal(isCorsPreflight("GET", new Headers(both)), false);
+  assert.equal(isCorsPreflight("OPTIONS", new Headers({ origin: "https://a.example" })), false);
+  assert.equal(
+    isCorsPreflight("OPTIONS", new Headers({ "access-control-request-method": "GET" })),
+    false,
+  );
 });

@@ -11,10 +11,15 @@ import {
   insertInOrder,
   peekDecision,
   policyHeader,
+  policyOf,
+  preflightDecision,
+  rateLimitConstants,
   rateLimitFields,
   type RateLimitPolicy,
   resetSecondsOf,
+  undecided,
 } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;
@@ -86,4 +91,32 @@ Deno.test("rateLimitFields() lists the five fields in draft-10 syntax, and Retry
     rateLimitFields({ allowed: false, remaining: 0, resetSeconds: 4 }, CONSTANTS).at(-1),
     ["retry-after", "4"],
   );
+});
+
+Deno.test("policyOf() and rateLimitConstants() build the policy and its fixed fields from config", () => {
+  const policy = policyOf({ rateLimit: 5, rateLimitWindowSeconds: 30 });
+  assert.deepEqual(policy, { limit: 5, windowMs: 30_000 });
+  assert.deepEqual(rateLimitConstants(policy), { policy: '"default";q=5;w=30', limit: "5" });
+});
+
+Deno.test("preflightDecision() counts nothing and never refuses, from a sync or an async store", async () => {
+  const store = new MemoryStore({ limit: 2, windowMs: 60_000 }, { sweep: false });
+  store.hit("a", T0);
+  store.hit("a", T0);
+  assert.deepEqual(preflightDecision(store, "a", T0 + 1_000), {
+    allowed: true,
+    remaining: 0,
+    resetSeconds: 59,
+  });
+  assert.equal(store.hit("a", T0 + 1_000).allowed, false);
+  const remote = { peek: (key: string, now: number) => Promise.resolve(store.peek(key, now)) };
+  assert.deepEqual(await preflightDecision(remote, "b", T0), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 0,
+  });
+});
+
+Deno.test("undecided() reports nothing left and a whole window, without refusing", () => {
+  assert.deepEqual(undecided(POLICY), { allowed: true, remaining: 0, resetSeconds: 60 });
 });
