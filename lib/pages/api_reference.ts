@@ -259,27 +259,62 @@ export function apiReferenceMarkdown(
     throw new Error("the OpenAPI document has no paths object");
   }
   const level = options.heading ?? 2;
-  const h = (depth: number) => "#".repeat(level + depth);
   const servers = Array.isArray(document.servers) ? document.servers : [];
-  const server = text(isNode(servers[0]) ? servers[0].url : "").replace(/\/+$/, "");
-  const info = isNode(document.info) ? document.info : {};
-
   const paths = Object.entries(document.paths).filter((entry): entry is [string, Node] =>
     isNode(entry[1])
   ).map(([path, item]) => ({ path, item, operations: operationsOf(document, item) }));
-
-  // Fields present on every response of every operation are listed once, not in every row.
-  const allResponses = paths.flatMap((p) =>
+  const responses = paths.flatMap((p) =>
     p.operations.flatMap((o) => o.responses.map((r) => r.response))
   );
-  const everywhere = allResponses.length === 0
-    ? []
-    : headerNames(allResponses[0]!).filter((name) =>
-      allResponses.every((r) => headerNames(r).includes(name))
-    );
+  const everywhere = fieldsOnEveryResponse(responses);
+  const reference: Reference = {
+    document,
+    heading: (depth) => "#".repeat(level + depth),
+    server: text(isNode(servers[0]) ? servers[0].url : "").replace(/\/+$/, ""),
+    everywhere,
+    common: new Map(),
+  };
+  const out = introSection(reference);
+  out.push(...commonStatusSection(reference, paths));
+  for (const path of paths) out.push(...pathSection(reference, path));
+  out.push(...headerFieldsSection(reference, responses));
+  out.push(...errorCodesSection(reference, paths));
+  return out.join("\n");
+}
 
-  const out: string[] = [];
-  out.push(`${h(0)} API reference`, "");
+/** What the sections of the reference share. */
+interface Reference {
+  /** The OpenAPI document. */
+  document: Node;
+  /** The Markdown heading marker `depth` levels below the reference's own. */
+  heading: (depth: number) => string;
+  /** The first server's URL without a trailing slash, or "". */
+  server: string;
+  /** Header fields present on every response of every operation: listed once, not per row. */
+  everywhere: string[];
+  /** Status rows the same on every path (status -> row key): listed once, not under each path. */
+  common: Map<string, string>;
+}
+
+/** One path of the document, its item and its operations. */
+interface PathEntry {
+  path: string;
+  item: Node;
+  operations: Operation[];
+}
+
+/** The header fields that every one of `responses` declares. */
+function fieldsOnEveryResponse(responses: readonly Node[]): string[] {
+  if (responses.length === 0) return [];
+  return headerNames(responses[0]!).filter((name) =>
+    responses.every((r) => headerNames(r).includes(name))
+  );
+}
+
+/** The heading, where the reference comes from, and the fields every response carries. */
+function introSection({ document, heading, server, everywhere }: Reference): string[] {
+  const info = isNode(document.info) ? document.info : {};
+  const out = [`${heading(0)} API reference`, ""];
   out.push(
     `Generated from the OpenAPI document${server ? ` at ${server}/openapi.json` : ""} (${
       text(document.openapi) ? `OpenAPI ${text(document.openapi)}, ` : ""
@@ -296,112 +331,163 @@ export function apiReferenceMarkdown(
       "",
     );
   }
+  return out;
+}
 
-  // Status rows that are the same on every path are listed once here, not under each path.
-  const perPath = paths.map((p) => rowsOf(p.operations, everywhere));
-  const common = new Map<string, string>();
+/** The status rows every path answers the same way, listed once (kept in `reference.common`). */
+function commonStatusSection(reference: Reference, paths: readonly PathEntry[]): string[] {
+  const perPath = paths.map((p) => rowsOf(p.operations, reference.everywhere));
+  const common = reference.common;
   for (const [status, row] of perPath[0] ?? []) {
     const key = rowKey(row);
     if (perPath.every((rows) => rows.has(status) && rowKey(rows.get(status)!) === key)) {
       common.set(status, key);
     }
   }
-  if (common.size > 0 && paths.length > 1) {
-    out.push("Every path answers these the same way:", "");
-    out.push(...statusTable([...perPath[0]!].filter(([status]) => common.has(status))), "");
-  } else {
+  if (common.size === 0 || paths.length <= 1) {
     common.clear();
+    return [];
   }
+  return [
+    "Every path answers these the same way:",
+    "",
+    ...statusTable([...perPath[0]!].filter(([status]) => common.has(status))),
+    "",
+  ];
+}
 
-  for (const { path, item, operations } of paths) {
-    out.push(`${h(1)} ${codeSpan(path)}`, "");
-    const summary = text(item.summary);
-    const description = text(item.description);
-    if (summary || description) {
-      out.push(
-        [summary && `**${summary.replace(/\.$/, "")}.**`, description].filter(Boolean).join(" "),
-        "",
-      );
-    }
-    for (const operation of operations) {
-      out.push(`- ${codeSpan(operation.method)}: ${operation.summary}`);
-    }
-    out.push("");
-
-    const representations: string[] = [];
-    for (const operation of operations) {
-      for (const { status, response } of operation.responses) {
-        if (!/^2\d\d$/.test(status)) continue;
-        for (const type of mediaTypes(response)) {
-          if (!representations.includes(type)) representations.push(type);
-        }
-      }
-    }
-    if (representations.length > 0) {
-      out.push(
-        `Representations: ${
-          representations.map((t, i) => `${codeSpan(t)}${i === 0 ? " (default)" : ""}`).join(", ")
-        }.`,
-        "",
-      );
-    }
-    const requestHeaders = [
-      ...new Set(
-        operations.flatMap((o) =>
-          o.parameters.filter((p) => p.in === "header").map((p) => text(p.name))
-        ),
-      ),
-    ].filter(Boolean);
-    if (requestHeaders.length > 0) {
-      out.push(`Request headers: ${requestHeaders.map(codeSpan).join(", ")}.`, "");
-    }
-
-    const rows = [...rowsOf(operations, everywhere)].filter(([status, row]) =>
-      common.get(status) !== rowKey(row)
+/** One path: its summary, operations, representations, request headers, statuses and examples. */
+function pathSection(reference: Reference, { path, item, operations }: PathEntry): string[] {
+  const out = [`${reference.heading(1)} ${codeSpan(path)}`, ""];
+  const summary = text(item.summary);
+  const description = text(item.description);
+  if (summary || description) {
+    out.push(
+      [summary && `**${summary.replace(/\.$/, "")}.**`, description].filter(Boolean).join(" "),
+      "",
     );
-    if (rows.length > 0) out.push(...statusTable(rows), "");
-    if (common.size > 0) {
-      out.push(`Also ${[...common.keys()].sort().join(", ")}, as on every path (above).`, "");
-    }
+  }
+  for (const operation of operations) {
+    out.push(`- ${codeSpan(operation.method)}: ${operation.summary}`);
+  }
+  out.push("");
+  const representations = representationsOf(operations);
+  if (representations.length > 0) {
+    out.push(
+      `Representations: ${
+        representations.map((t, i) => `${codeSpan(t)}${i === 0 ? " (default)" : ""}`).join(", ")
+      }.`,
+      "",
+    );
+  }
+  const requestHeaders = requestHeadersOf(operations);
+  if (requestHeaders.length > 0) {
+    out.push(`Request headers: ${requestHeaders.map(codeSpan).join(", ")}.`, "");
+  }
+  const { common, everywhere, server } = reference;
+  const rows = [...rowsOf(operations, everywhere)].filter(([status, row]) =>
+    common.get(status) !== rowKey(row)
+  );
+  if (rows.length > 0) out.push(...statusTable(rows), "");
+  if (common.size > 0) {
+    out.push(`Also ${[...common.keys()].sort().join(", ")}, as on every path (above).`, "");
+  }
+  if (server) out.push(...curlExamples(server + path, representations));
+  return out;
+}
 
-    if (server) {
-      for (const [i, type] of representations.entries()) {
-        out.push(
-          `${typeLabel(type)}${i === 0 ? " (default)" : ""}:`,
-          "",
-          "```sh",
-          curlCommand(server + path, type, i === 0),
-          "```",
-          "",
-        );
+/** The media types of the 2xx responses of `operations`, in the order they first appear. */
+function representationsOf(operations: readonly Operation[]): string[] {
+  const representations: string[] = [];
+  for (const operation of operations) {
+    for (const { status, response } of operation.responses) {
+      if (!/^2\d\d$/.test(status)) continue;
+      for (const type of mediaTypes(response)) {
+        if (!representations.includes(type)) representations.push(type);
       }
     }
   }
+  return representations;
+}
 
-  // Every header field, described once, in the order the document first uses them.
+/** The request header fields `operations` take, each once. */
+function requestHeadersOf(operations: readonly Operation[]): string[] {
+  return [
+    ...new Set(
+      operations.flatMap((o) =>
+        o.parameters.filter((p) => p.in === "header").map((p) => text(p.name))
+      ),
+    ),
+  ].filter(Boolean);
+}
+
+/** A curl command per representation of `url`, the default first. */
+function curlExamples(url: string, representations: readonly string[]): string[] {
+  return representations.flatMap((type, i) => [
+    `${typeLabel(type)}${i === 0 ? " (default)" : ""}:`,
+    "",
+    "```sh",
+    curlCommand(url, type, i === 0),
+    "```",
+    "",
+  ]);
+}
+
+/** Every header field, described once, in the order the document first uses them. */
+function headerFieldsSection(reference: Reference, responses: readonly Node[]): string[] {
   const headers = new Map<string, Node>();
-  for (const response of allResponses) {
+  for (const response of responses) {
     if (!isNode(response.headers)) continue;
     for (const [name, header] of Object.entries(response.headers)) {
-      if (!headers.has(name)) headers.set(name, resolveRef(document, header));
+      if (!headers.has(name)) headers.set(name, resolveRef(reference.document, header));
     }
   }
-  if (headers.size > 0) {
-    out.push(`${h(1)} Response header fields`, "");
-    out.push("| Field | Meaning | Example |", "| --- | --- | --- |");
-    for (const [name, header] of headers) {
-      const example = exampleOf(header);
-      out.push(
-        `| ${codeSpan(name)} | ${tableCell(text(header.description))} | ${
-          example ? tableCell(codeSpan(example)) : "-"
-        } |`,
-      );
-    }
-    out.push("");
+  if (headers.size === 0) return [];
+  const out = [
+    `${reference.heading(1)} Response header fields`,
+    "",
+    "| Field | Meaning | Example |",
+    "| --- | --- | --- |",
+  ];
+  for (const [name, header] of headers) {
+    const example = exampleOf(header);
+    out.push(
+      `| ${codeSpan(name)} | ${tableCell(text(header.description))} | ${
+        example ? tableCell(codeSpan(example)) : "-"
+      } |`,
+    );
   }
+  out.push("");
+  return out;
+}
 
-  // Error codes: from the Error schema's enum when present, with statuses from the responses that
-  // show them.
+/**
+ * The error codes: from the Error schema's enum when present, with statuses from the responses that
+ * show them.
+ */
+function errorCodesSection(reference: Reference, paths: readonly PathEntry[]): string[] {
+  const byCode = errorCodesOfPaths(paths);
+  if (byCode.size === 0) return [];
+  const out = [
+    `${reference.heading(1)} Error codes`,
+    "",
+    'Errors are JSON: `{"error":{"code","message","hint"}}`. Branch on `code`; `message` and `hint` are for people and may change.',
+    "",
+    "| Code | Status | Meaning |",
+    "| --- | --- | --- |",
+  ];
+  for (const [code, { statuses, meaning }] of byCode) {
+    const capitalised = meaning.charAt(0).toUpperCase() + meaning.slice(1);
+    out.push(`| ${codeSpan(code)} | ${[...statuses].join(", ")} | ${tableCell(capitalised)} |`);
+  }
+  out.push("");
+  return out;
+}
+
+/** Each error code the responses of `paths` show, with their statuses and the first meaning given. */
+function errorCodesOfPaths(
+  paths: readonly PathEntry[],
+): Map<string, { statuses: Set<string>; meaning: string }> {
   const byCode = new Map<string, { statuses: Set<string>; meaning: string }>();
   for (const { operations } of paths) {
     for (const operation of operations) {
@@ -421,18 +507,5 @@ export function apiReferenceMarkdown(
       }
     }
   }
-  if (byCode.size > 0) {
-    out.push(`${h(1)} Error codes`, "");
-    out.push(
-      'Errors are JSON: `{"error":{"code","message","hint"}}`. Branch on `code`; `message` and `hint` are for people and may change.',
-      "",
-    );
-    out.push("| Code | Status | Meaning |", "| --- | --- | --- |");
-    for (const [code, { statuses, meaning }] of byCode) {
-      const capitalised = meaning.charAt(0).toUpperCase() + meaning.slice(1);
-      out.push(`| ${codeSpan(code)} | ${[...statuses].join(", ")} | ${tableCell(capitalised)} |`);
-    }
-    out.push("");
-  }
-  return out.join("\n");
+  return byCode;
 }
