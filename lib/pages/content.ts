@@ -168,6 +168,9 @@ function unreadableDirMessage(dir: string, error: Error): string {
     : `static/ (${dir}) is not readable by this user: give the service's user read access to that folder`;
 }
 
+/** The files of {@linkcode STATIC_FILES}, read and filled, by name. */
+type StaticTexts = Record<typeof STATIC_FILES[number], string>;
+
 /**
  * Reads, fills and renders everything under `dir`.
  *
@@ -179,13 +182,51 @@ export function loadContent(
 ): ContentResult {
   const dir = options.dir ?? STATIC_DIR;
   const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
-  const errors: string[] = [];
-  const values = placeholders(config);
-  const files: Partial<Record<typeof STATIC_FILES[number], string>> = {};
+  const loaded = readStaticFiles(dir, read, placeholders(config));
+  if (!loaded.ok) return loaded;
+  const { files, openapiDocument } = loaded;
+  const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
+  const markdown = lazyMarkdownRenderer();
+  const page = pageBuilder(
+    config,
+    site,
+    markdown.render,
+    () => apiReferenceMarkdown(openapiDocument),
+  );
+  const content: Content = {
+    platformJson: platformJson(config),
+    platformMarkdown: files["platform.md"],
+    home: page(files["index.md"], "/", "/"),
+    developers: page(files["developers.md"], "/developers", "/developers"),
+    deprecationPolicy: page(
+      files["deprecation-policy.md"],
+      "/developers/deprecation-policy",
+      "/developers/deprecation-policy.md",
+    ),
+    openapi: files["openapi.json"],
+    llms: files["llms.txt"],
+    robots: files["robots.txt"],
+    stylesheet: files["style.css"],
+    icon: files["favicon.svg"],
+    apiCatalog: apiCatalogJson(config.baseUrl),
+    site,
+    prepareMarkdown: markdown.prepare,
+  };
+  return { ok: true, content };
+}
 
-  // openapi.json first: the pages' `{{api_reference}}` is generated from the filled document, when a
-  // page using it is first read; until then a mark holds its place.
-  const pageValues: Record<string, string> = { ...values, api_reference: API_REFERENCE_MARK };
+/**
+ * Reads and fills every static file. openapi.json comes first: the pages' `{{api_reference}}` is
+ * generated from the filled document when a page using it is first read; until then a mark holds
+ * its place.
+ */
+function readStaticFiles(
+  dir: string,
+  read: (path: string) => string,
+  values: Record<string, string>,
+): { ok: true; files: StaticTexts; openapiDocument: unknown } | { ok: false; errors: string[] } {
+  const errors: string[] = [];
+  const files: Partial<StaticTexts> = {};
   let openapiDocument: unknown;
   const order = [
     "openapi.json",
@@ -202,68 +243,97 @@ export function loadContent(
         // One sentence for the folder rather than one per file: the fix is the same for all.
         return { ok: false, errors: [unreadableDirMessage(dir, error)] };
       }
-      errors.push(
-        `static/${name} could not be read: ${
-          error instanceof Error ? error.message : String(error)
-        }`,
-      );
+      errors.push(`static/${name} could not be read: ${messageOf(error)}`);
       continue;
     }
-    if (name.endsWith(".json")) {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(raw);
-      } catch (error) {
-        errors.push(
-          `static/${name} is not valid JSON: ${
-            error instanceof Error ? error.message : String(error)
-          }`,
-        );
-        continue;
-      }
-      const unknown: string[] = [];
-      const filledJson = fillJson(parsed, values, unknown);
-      files[name] = JSON.stringify(filledJson);
-      if (unknown.length > 0) errors.push(unknownMessage(name, unknown));
-      if (name === "openapi.json") openapiDocument = filledJson;
-    } else if (name.endsWith(".css") || name.endsWith(".svg")) {
-      files[name] = raw;
-    } else {
-      // platform.md is served as it is, not as a page: it has no API reference.
-      const filled = fill(
-        raw,
-        name.endsWith(".md") && name !== "platform.md" ? pageValues : values,
-      );
-      files[name] = filled.text;
-      if (filled.unknown.length > 0) errors.push(unknownMessage(name, filled.unknown));
-    }
+    const filled = fillStaticFile(name, raw, values);
+    if (filled.error !== undefined) errors.push(filled.error);
+    if (filled.text !== undefined) files[name] = filled.text;
+    if (name === "openapi.json") openapiDocument = filled.json;
   }
   if (errors.length > 0) return { ok: false, errors };
+  return { ok: true, files: files as StaticTexts, openapiDocument };
+}
 
-  const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
+/** One static file filled as its kind requires: JSON value by value, text by text, CSS and SVG as is. */
+function fillStaticFile(
+  name: typeof STATIC_FILES[number],
+  raw: string,
+  values: Record<string, string>,
+): { text?: string; json?: unknown; error?: string } {
+  if (name.endsWith(".json")) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(raw);
+    } catch (error) {
+      return { error: `static/${name} is not valid JSON: ${messageOf(error)}` };
+    }
+    const unknown: string[] = [];
+    const json = fillJson(parsed, values, unknown);
+    const text = JSON.stringify(json);
+    return unknown.length > 0
+      ? { text, json, error: unknownMessage(name, unknown) }
+      : { text, json };
+  }
+  if (name.endsWith(".css") || name.endsWith(".svg")) return { text: raw };
+  // platform.md is served as it is, not as a page: it has no API reference.
+  const pageValues = name.endsWith(".md") && name !== "platform.md"
+    ? { ...values, api_reference: API_REFERENCE_MARK }
+    : values;
+  const filled = fill(raw, pageValues);
+  return filled.unknown.length > 0
+    ? { text: filled.text, error: unknownMessage(name, filled.unknown) }
+    : { text: filled.text };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The Markdown renderer, imported when `prepare` is first called (not at start-up: README, "Cold
+ * start"); `render` throws until it has resolved.
+ */
+function lazyMarkdownRenderer(): {
+  prepare: () => Promise<void>;
+  render: (markdown: string) => string;
+} {
   let renderer: ((markdown: string) => string) | undefined;
   let loading: Promise<void> | undefined;
-  const prepareMarkdown = () =>
-    loading ??= import("./markdown.ts").then((module) => {
-      renderer = module.markdownRenderer();
-    });
-  const render = (markdown: string) => {
-    if (renderer === undefined) {
-      throw new Error("a page was built before the Markdown renderer was loaded (prepareMarkdown)");
-    }
-    return renderer(markdown);
+  return {
+    prepare: () =>
+      loading ??= import("./markdown.ts").then((module) => {
+        renderer = module.markdownRenderer();
+      }),
+    render: (markdown) => {
+      if (renderer === undefined) {
+        throw new Error(
+          "a page was built before the Markdown renderer was loaded (prepareMarkdown)",
+        );
+      }
+      return renderer(markdown);
+    },
   };
+}
+
+/**
+ * Builds a page from its filled Markdown: its `{{api_reference}}` mark replaced by the reference
+ * (generated once, when the first page using it is read), its metadata, and its HTML in the layout.
+ */
+function pageBuilder(
+  config: Config,
+  site: Site,
+  render: (markdown: string) => string,
+  buildApiReference: () => string,
+): (text: string, path: string, markdownPath: string) => Page {
   let apiReference: string | undefined;
   const withReference = (markdown: string) =>
     markdown.includes(API_REFERENCE_MARK)
-      ? markdown.replaceAll(
-        API_REFERENCE_MARK,
-        apiReference ??= apiReferenceMarkdown(openapiDocument),
-      )
+      ? markdown.replaceAll(API_REFERENCE_MARK, apiReference ??= buildApiReference())
       : markdown;
-  const page = (file: string, path: string, markdownPath: string): Page =>
+  return (text, path, markdownPath) =>
     lazyPage(() => {
-      const markdown = withReference(files[file as typeof STATIC_FILES[number]]!);
+      const markdown = withReference(text);
       const meta: PageMeta = {
         path,
         title: pageTitle(titleOf(markdown), config.name),
@@ -272,50 +342,38 @@ export function loadContent(
       };
       return { meta, markdown, html: () => renderPage(render(markdown), meta, site) };
     });
+}
 
-  const base = config.baseUrl;
-  const content: Content = {
-    platformJson: JSON.stringify({
-      name: config.name,
-      description: config.description,
-      documentation: config.documentationUrl,
-      developerResources: config.developerResourcesUrl,
-      openapi: config.openapiUrl,
-      agentInstructions: config.agentInstructionsUrl,
-      support: config.supportUrl,
-    }),
-    platformMarkdown: files["platform.md"]!,
-    home: page("index.md", "/", "/"),
-    developers: page("developers.md", "/developers", "/developers"),
-    deprecationPolicy: page(
-      "deprecation-policy.md",
-      "/developers/deprecation-policy",
-      "/developers/deprecation-policy.md",
-    ),
-    openapi: files["openapi.json"]!,
-    llms: files["llms.txt"]!,
-    robots: files["robots.txt"]!,
-    stylesheet: files["style.css"]!,
-    icon: files["favicon.svg"]!,
-    apiCatalog: JSON.stringify({
-      linkset: [
-        { anchor: `${base}/.well-known/api-catalog`, item: [{ href: `${base}/api/v1/platform` }] },
-        {
-          anchor: `${base}/api/v1/platform`,
-          "service-desc": [{
-            href: `${base}/openapi.json`,
-            type: "application/vnd.oai.openapi+json;version=3.1",
-          }],
-          "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
-          // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
-          deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
-        },
-      ],
-    }),
-    site,
-    prepareMarkdown,
-  };
-  return { ok: true, content };
+/** The Platform document (spec section 3) of a configuration. */
+function platformJson(config: Config): string {
+  return JSON.stringify({
+    name: config.name,
+    description: config.description,
+    documentation: config.documentationUrl,
+    developerResources: config.developerResourcesUrl,
+    openapi: config.openapiUrl,
+    agentInstructions: config.agentInstructionsUrl,
+    support: config.supportUrl,
+  });
+}
+
+/** The RFC 9727 API catalog (a linkset) of the service at `base`. */
+function apiCatalogJson(base: string): string {
+  return JSON.stringify({
+    linkset: [
+      { anchor: `${base}/.well-known/api-catalog`, item: [{ href: `${base}/api/v1/platform` }] },
+      {
+        anchor: `${base}/api/v1/platform`,
+        "service-desc": [{
+          href: `${base}/openapi.json`,
+          type: "application/vnd.oai.openapi+json;version=3.1",
+        }],
+        "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
+        // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
+        deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
+      },
+    ],
+  });
 }
 
 /** A {@linkcode Page} whose Markdown and metadata are built on first read, and its HTML after them. */
