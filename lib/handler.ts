@@ -12,7 +12,7 @@
  * @module
  */
 
-import { type AccessRecord, createAccessRecorder } from "./access_log.ts";
+import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
 import { isCorsPreflight, pathOf } from "./http/message.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
@@ -25,10 +25,18 @@ import {
   undecided,
 } from "./limit/decision.ts";
 import type { Content } from "./pages/content.ts";
-import { createChooser } from "./respond/choose.ts";
+import { type Chooser, createChooser } from "./respond/choose.ts";
 import { forMethod } from "./respond/error_templates.ts";
-import { createResponseCache, type ResponseCacheOptions } from "./respond/response_cache.ts";
-import { buildServiceTemplates, type RouteTemplates } from "./respond/service_templates.ts";
+import {
+  createResponseCache,
+  type ResponseCache,
+  type ResponseCacheOptions,
+} from "./respond/response_cache.ts";
+import {
+  buildServiceTemplates,
+  type RouteTemplates,
+  type ServiceTemplates,
+} from "./respond/service_templates.ts";
 import { buildRoutes, once } from "./routes.ts";
 import { warmUp, type WarmUpOptions } from "./warm_up.ts";
 
@@ -89,20 +97,10 @@ export interface HandlerOptions {
  * ```
  */
 export function createHandler(options: HandlerOptions): Handler {
-  const { config, content, store } = options;
-  const now = options.now ?? Date.now;
-  const table = buildRoutes(config, content);
-  const templates = buildServiceTemplates(config, content.site, table);
-  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
-  const callerKeyOf = createCallerKey({
-    trustedProxies: config.trustedProxies,
-    forwardedHeader: config.forwardedHeader,
-    ...(options.onNoAddress ? { onNoAddress: once(options.onNoAddress) } : {}),
-  });
-  const cache = createResponseCache(rateLimitConstants(policyOf(config)), options.responseCache);
-  const choose = createChooser(templates);
-  const noDecision = undecided(policyOf(config));
-  const record = options.accessLog ? createAccessRecorder(options.accessLog, now) : undefined;
+  const { store, now, templates, callerKeyOf, cache, choose, noDecision, record } = prepare(
+    options,
+  );
+  const onError = options.onError;
 
   const answer = (request: Request, route: RouteTemplates | undefined, decision: Decision) =>
     cache.respond(choose(request, route, decision), decision);
@@ -132,7 +130,7 @@ export function createHandler(options: HandlerOptions): Handler {
   };
 
   const fail = (error: unknown, request: Request): Response => {
-    options.onError?.(error);
+    onError?.(error);
     const path = templates.routes.get(pathOf(request.url)) ?? templates.unknownPath;
     return cache.respond(forMethod(path.internalError, request.method), noDecision);
   };
@@ -156,5 +154,41 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     record?.(request.method, path, key, started, result.status);
     return result;
+  };
+}
+
+/** What {@linkcode createHandler} builds once, at start-up. */
+interface Prepared {
+  store: RateLimitStore;
+  now: () => number;
+  templates: ServiceTemplates;
+  callerKeyOf: (headers: Pick<Headers, "get">, info: PeerInfo) => string;
+  cache: ResponseCache;
+  choose: Chooser;
+  /** What a 500 reports when no decision was made. */
+  noDecision: Decision;
+  record: AccessRecorder | undefined;
+}
+
+/** Builds the route table, every template, the caller key, the response cache and the recorder. */
+function prepare(options: HandlerOptions): Prepared {
+  const { config, content } = options;
+  const now = options.now ?? Date.now;
+  const table = buildRoutes(config, content);
+  const templates = buildServiceTemplates(config, content.site, table);
+  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
+  return {
+    store: options.store,
+    now,
+    templates,
+    callerKeyOf: createCallerKey({
+      trustedProxies: config.trustedProxies,
+      forwardedHeader: config.forwardedHeader,
+      ...(options.onNoAddress ? { onNoAddress: once(options.onNoAddress) } : {}),
+    }),
+    cache: createResponseCache(rateLimitConstants(policyOf(config)), options.responseCache),
+    choose: createChooser(templates),
+    noDecision: undecided(policyOf(config)),
+    record: options.accessLog ? createAccessRecorder(options.accessLog, now) : undefined,
   };
 }
