@@ -2,7 +2,8 @@
  * The architecture, tested on the real module graph: `deno info --json main.ts` lists every module
  * main.ts reaches (dynamic imports included) and what each imports, types included. The suite fails
  * on an import cycle, on a module importing from a higher layer, on a module of `lib/` that no layer
- * names, and on a module of `lib/` that main.ts does not reach (dead).
+ * names, and on a module of `lib/` that main.ts does not reach (dead). And on a function of main.ts
+ * or `lib/` longer than a screen, measured on the TypeScript compiler's syntax tree.
  *
  * @module
  */
@@ -10,6 +11,7 @@
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import ts from "typescript";
 
 const ROOT = join(import.meta.dirname!, "..");
 
@@ -40,6 +42,9 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },
     { layer: 7, group: "main", matches: (p) => p === "main.ts" },
   ];
+
+/** The longest a function may be, in lines from its signature to its closing brace: about a screen. */
+const MAX_FUNCTION_LINES = 65;
 
 /** A module graph: each module's path (relative to the root) and the local modules it imports. */
 type Graph = Map<string, string[]>;
@@ -169,4 +174,50 @@ Deno.test("every module of lib/ belongs to a layer and is reached from main.ts",
   assert.ok(files.length > 20, `lib/ has its modules (${files.length})`);
   assert.deepEqual(files.filter((file) => !layerOf(file)), [], "modules no layer names");
   assert.deepEqual(files.filter((file) => !graph.has(file)), [], "modules main.ts never reaches");
+});
+
+/** Every function with a body in `source` longer than `maxLines`, as "file:line name (N lines)". */
+function longFunctions(source: string, file: string, maxLines: number): string[] {
+  const tree = ts.createSourceFile(file, source, ts.ScriptTarget.Latest, true);
+  const found: string[] = [];
+  const visit = (node: ts.Node) => {
+    if (ts.isFunctionLike(node) && "body" in node && node.body !== undefined) {
+      const first = tree.getLineAndCharacterOfPosition(node.getStart(tree)).line;
+      const lines = tree.getLineAndCharacterOfPosition(node.getEnd()).line - first + 1;
+      if (lines > maxLines) {
+        found.push(`${file}:${first + 1} ${nameOf(node, tree)} (${lines} lines)`);
+      }
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(tree);
+  return found;
+}
+
+function nameOf(node: ts.Node, tree: ts.SourceFile): string {
+  const named = node as ts.Node & { name?: ts.Node };
+  if (named.name) return named.name.getText(tree);
+  const parent = node.parent;
+  if (ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent)) {
+    return parent.name.getText(tree);
+  }
+  return "(anonymous)";
+}
+
+Deno.test("longFunctions() measures a function from its signature to its closing brace", () => {
+  const body = Array.from({ length: 8 }, (_, i) => `  const v${i} = ${i};`).join("\n");
+  const source = `/** Doc. */\nexport function long() {\n${body}\n}\nconst short = () => 1;\n`;
+  assert.deepEqual(longFunctions(source, "x.ts", 9), ["x.ts:2 long (10 lines)"]);
+  assert.deepEqual(longFunctions(source, "x.ts", 10), []);
+});
+
+Deno.test(`no function in main.ts or lib/ is longer than ${MAX_FUNCTION_LINES} lines`, async () => {
+  const files = ["main.ts", ...await libFiles()];
+  const long: string[] = [];
+  for (const file of files) {
+    long.push(
+      ...longFunctions(await Deno.readTextFile(join(ROOT, file)), file, MAX_FUNCTION_LINES),
+    );
+  }
+  assert.deepEqual(long, []);
 });

@@ -134,25 +134,12 @@ export function linkHeader(links: readonly PageLink[]): string {
 export function renderPage(contentHtml: string, page: PageMeta, site: Site): string {
   const e = escapeHtml;
   const base = site.baseUrl;
-  const nav = NAV.map(({ path, label }) =>
-    `<li><a href="${e(base + path)}"${path === page.path ? ' aria-current="page"' : ""}>${
-      e(label)
-    }</a></li>`
-  ).join("\n");
+  const nav = navItems(page, base);
   const head = pageLinks(page, site).map(({ href, rel, type }) =>
     `<link rel="${e(rel)}" type="${e(type)}" href="${e(href)}">`
   ).join("\n");
   const canonical = page.path ? `<link rel="canonical" href="${e(base + page.path)}">\n` : "";
-
-  let markdown = "";
-  if (page.markdownUrl && page.markdownUrl !== base + page.path) {
-    markdown = `<li><a href="${
-      e(page.markdownUrl)
-    }" type="text/markdown">This page as Markdown</a></li>`;
-  } else if (page.markdownUrl) {
-    // Same URL as the page: only a request with `Accept: text/markdown` gets the Markdown.
-    markdown = `<li>This page as Markdown: request it with <code>Accept: text/markdown</code></li>`;
-  }
+  const markdown = markdownItem(page, base);
   const support = site.supportUrl.replace(/^mailto:/, "");
 
   return `<!DOCTYPE html>
@@ -192,4 +179,25 @@ ${markdown}
 </body>
 </html>
 `;
+}
+
+/** The main navigation's items, the current page marked. */
+function navItems(page: PageMeta, base: string): string {
+  return NAV.map(({ path, label }) =>
+    `<li><a href="${escapeHtml(base + path)}"${path === page.path ? ' aria-current="page"' : ""}>${
+      escapeHtml(label)
+    }</a></li>`
+  ).join("\n");
+}
+
+/** The footer's item pointing to the page's Markdown, if it has one. */
+function markdownItem(page: PageMeta, base: string): string {
+  if (!page.markdownUrl) return "";
+  if (page.markdownUrl !== base + page.path) {
+    return `<li><a href="${
+      escapeHtml(page.markdownUrl)
+    }" type="text/markdown">This page as Markdown</a></li>`;
+  }
+  // Same URL as the page: only a request with `Accept: text/markdown` gets the Markdown.
+  return `<li>This page as Markdown: request it with <code>Accept: text/markdown</code></li>`;
 }

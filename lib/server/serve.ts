@@ -157,10 +157,9 @@ export function serveResilient(
 ): ResilientServer {
   const servers = new Set<Deno.HttpServer<Deno.Addr>>();
   const emit = options.onEvent ?? (() => {});
+  const incidents = createIncidents(emit);
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
-  let incident: { since: number; attempts: number } | undefined;
-  let recovery: ReturnType<typeof setTimeout> | undefined;
 
   const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
     const server = Deno.serve({ ...where, onListen: () => {} }, handler);
@@ -174,15 +173,9 @@ export function serveResilient(
 
   const failed = (error: unknown) => {
     // The listener is gone; the connections it accepted are still served and kept for shutdown.
-    clearTimeout(recovery);
+    incidents.cancelRecovery();
     if (stopped) return;
-    if (incident === undefined) {
-      incident = { since: Date.now(), attempts: 0 };
-      emit({
-        kind: "accept_failed",
-        error: error instanceof Error ? error.message : String(error),
-      });
-    }
+    incidents.failed(error);
     schedule(RELISTEN_FIRST_DELAY_MS);
   };
 
@@ -190,7 +183,7 @@ export function serveResilient(
     clearTimeout(retry);
     retry = setTimeout(() => {
       if (stopped) return;
-      incident!.attempts++;
+      incidents.attempt();
       try {
         listen(listenAtOf(addr));
       } catch {
@@ -198,15 +191,7 @@ export function serveResilient(
         schedule(Math.min(delayMs * 2, RELISTEN_MAX_DELAY_MS));
         return;
       }
-      recovery = setTimeout(() => {
-        if (incident === undefined) return;
-        emit({
-          kind: "recovered",
-          downMs: Date.now() - incident.since,
-          attempts: incident.attempts,
-        });
-        incident = undefined;
-      }, RECOVERED_AFTER_MS);
+      incidents.listening();
     }, delayMs);
   };
 
@@ -221,11 +206,53 @@ export function serveResilient(
     async shutdown() {
       stopped = true;
       clearTimeout(retry);
-      clearTimeout(recovery);
+      incidents.cancelRecovery();
       await Promise.all(
         [...servers].map((server) => server.shutdown().catch(() => {/* already failed */})),
       );
       done();
+    },
+  };
+}
+
+/**
+ * The incidents of a listener: one begins at the first failure (reported once, however many
+ * re-listens it takes) and ends, reported with its duration and attempts, once a new listener has
+ * lasted {@linkcode RECOVERED_AFTER_MS}.
+ */
+function createIncidents(emit: (event: ServeEvent) => void): {
+  failed(error: unknown): void;
+  attempt(): void;
+  listening(): void;
+  cancelRecovery(): void;
+} {
+  let incident: { since: number; attempts: number } | undefined;
+  let recovery: ReturnType<typeof setTimeout> | undefined;
+  return {
+    failed(error) {
+      if (incident !== undefined) return;
+      incident = { since: Date.now(), attempts: 0 };
+      emit({
+        kind: "accept_failed",
+        error: error instanceof Error ? error.message : String(error),
+      });
+    },
+    attempt() {
+      incident!.attempts++;
+    },
+    listening() {
+      recovery = setTimeout(() => {
+        if (incident === undefined) return;
+        emit({
+          kind: "recovered",
+          downMs: Date.now() - incident.since,
+          attempts: incident.attempts,
+        });
+        incident = undefined;
+      }, RECOVERED_AFTER_MS);
+    },
+    cancelRecovery() {
+      clearTimeout(recovery);
     },
   };
 }
