@@ -3,7 +3,8 @@
  * built once at start-up from the content and the configuration.
  *
  * A route answers GET and HEAD with one of its representations, chosen by `Accept`; everything else
- * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler in `app.ts`.
+ * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler (`handler.ts`) and the
+ * per-request choice (`respond/choose.ts`).
  *
  * @module
  */

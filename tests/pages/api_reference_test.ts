@@ -1,5 +1,5 @@
 /**
- * Tests of `lib/api_reference.ts`: the reference generated from OpenAPI documents, a small made-up one
+ * Tests of `lib/pages/api_reference.ts`: the reference generated from OpenAPI documents, a small made-up one
  * for the rules and the served one for coverage.
  *
  * @module

@@ -1,5 +1,5 @@
 /**
- * Tests of lib/serve.ts: the drain's `Connection: close`, and, on the real service process, surviving
+ * Tests of lib/server/serve.ts: the drain's `Connection: close`, and, on the real service process, surviving
  * a flood of idle connections under a low descriptor limit and a SIGTERM under keep-alive load that
  * loses no request.
  *
