@@ -4,7 +4,7 @@
  * This module is that composition and nothing else. At start-up it builds the route table, every
  * response template (`respond/service_templates.ts`) and the response cache; per request it takes
  * the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`, or
- * `preflightDecision` for a CORS preflight), the route, the template that answers
+ * its `peek` for a CORS preflight), the route, the template that answers
  * (`respond/choose.ts`) and a clone of its prebuilt response for that decision
  * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
  * 500 with the Error shape.
@@ -118,7 +118,7 @@ export function createHandler(options: HandlerOptions): Handler {
     }
     if (isCorsPreflight(request.method, request.headers)) {
       const preflight = (route ?? templates.unknownPath).preflight;
-      const granted = preflightDecision(store, key, started);
+      const granted = preflightDecision(store.peek(key, started));
       return granted instanceof Promise
         ? granted.then((decision) => cache.respond(preflight, decision))
         : cache.respond(preflight, granted);
@@ -175,7 +175,7 @@ function prepare(options: HandlerOptions): Prepared {
   const { config, content } = options;
   const now = options.now ?? Date.now;
   const table = buildRoutes(config, content);
-  const templates = buildServiceTemplates(config, content.site, table);
+  const templates = buildServiceTemplates(config, { site: content.site, routes: table });
   if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
   return {
     store: options.store,

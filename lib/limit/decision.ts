@@ -179,24 +179,22 @@ export function rateLimitFields(
 }
 
 /**
- * The decision on a CORS preflight: the browser asking permission, not the caller's request. The
- * caller's state is only looked at (never counted), and never reported as a refusal, so that its
- * answer carries no `Retry-After` whatever the path.
+ * The decision on a CORS preflight, from the store's `peek` (a preflight is the browser asking
+ * permission, not the caller's request: looked at, never counted). It is never reported as a
+ * refusal, so that its answer carries no `Retry-After` whatever the path.
  *
+ * @param peeked what `store.peek(key, now)` answered
  * @example
  * ```ts
  * import assert from "node:assert/strict";
  * const spent = { allowed: false, remaining: 0, resetSeconds: 12 };
- * const store = { hit: () => spent, peek: () => spent, close() {} };
- * assert.deepEqual(preflightDecision(store, "192.0.2.1", 0), { ...spent, allowed: true });
+ * assert.deepEqual(preflightDecision(spent), { allowed: true, remaining: 0, resetSeconds: 12 });
+ * assert.deepEqual(await preflightDecision(Promise.resolve(spent)), { ...spent, allowed: true });
  * ```
  */
 export function preflightDecision(
-  store: Pick<RateLimitStore, "peek">,
-  key: string,
-  now: number,
+  peeked: Decision | Promise<Decision>,
 ): Decision | Promise<Decision> {
-  const peeked = store.peek(key, now);
   return peeked instanceof Promise ? peeked.then(granted) : granted(peeked);
 }
 

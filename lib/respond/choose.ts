@@ -12,9 +12,10 @@
 
 import { createHostCheck, ifNoneMatchMatches } from "../http/message.ts";
 import type { Decision } from "../limit/decision.ts";
-import { forMethod } from "./error_templates.ts";
+import { forMethod, type MethodTemplates } from "./error_templates.ts";
 import type { ResponseTemplate } from "./response_cache.ts";
 import type { PathTemplates, RouteTemplates, ServiceTemplates } from "./service_templates.ts";
+import type { VariantTemplates } from "./variant_templates.ts";
 
 /** Picks the template of a request on `route` (`undefined`: an unknown path) after `decision`. */
 export type Chooser = (
@@ -24,7 +25,7 @@ export type Chooser = (
 ) => ResponseTemplate;
 
 /**
- * The template of a refusal: `rate_limit_unavailable` when the store could not decide, otherwise
+ * The responses of a refusal: `rate_limit_unavailable` when the store could not decide, otherwise
  * `rate_limited`.
  *
  * @example
@@ -36,31 +37,37 @@ export type Chooser = (
  * });
  * const path = { rateLimited: pair(429), unavailable: pair(429) };
  * const refused = { allowed: false, remaining: 0, resetSeconds: 3 };
- * assert.equal(refusal(path, refused, "GET"), path.rateLimited.get);
- * assert.equal(refusal(path, { ...refused, unavailable: true }, "HEAD"), path.unavailable.head);
+ * assert.equal(refusal(path, refused), path.rateLimited);
+ * assert.equal(refusal(path, { ...refused, unavailable: true }), path.unavailable);
  * ```
  */
 export function refusal(
   path: Pick<PathTemplates, "rateLimited" | "unavailable">,
   decision: Decision,
-  method: string,
-): ResponseTemplate {
-  return forMethod(decision.unavailable ? path.unavailable : path.rateLimited, method);
+): MethodTemplates {
+  return decision.unavailable ? path.unavailable : path.rateLimited;
 }
 
 /**
- * The template of an admitted GET or HEAD of a known path: the variant of the representation that
- * `Accept` and `Accept-Encoding` select, or its 304 when `If-None-Match` matches the variant's ETag.
+ * The response of a variant to an admitted GET or HEAD: its 304 when `If-None-Match` matches its
+ * ETag, otherwise its 200 (without the body for HEAD).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { buildRepresentation } from "../http/representation.ts";
+ * import { variantTemplates } from "./variant_templates.ts";
+ * const variant = variantTemplates(buildRepresentation("text/plain", "hi").variants.identity);
+ * const revalidation = new Request("http://localhost/", { headers: { "if-none-match": variant.etag } });
+ * assert.equal(variantResponse(revalidation, variant), variant.notModified);
+ * assert.equal(variantResponse(new Request("http://localhost/", { method: "HEAD" }), variant), variant.head);
+ * ```
  */
-export function representationTemplate(
+export function variantResponse(
   request: Pick<Request, "method" | "headers">,
-  route: RouteTemplates,
-  templates: Pick<ServiceTemplates, "variant">,
+  variant: VariantTemplates,
 ): ResponseTemplate {
-  const headers = request.headers;
-  const set = route.pick(headers.get("accept"));
-  const variant = templates.variant(set, headers.get("accept-encoding"));
-  const ifNoneMatch = headers.get("if-none-match");
+  const ifNoneMatch = request.headers.get("if-none-match");
   if (ifNoneMatch !== null && ifNoneMatchMatches(ifNoneMatch, variant.etag)) {
     return variant.notModified;
   }
@@ -82,7 +89,7 @@ export function representationTemplate(
  * const content = loadContent(loaded.config);
  * assert(content.ok);
  * const table = buildRoutes(loaded.config, content.content);
- * const templates = buildServiceTemplates(loaded.config, content.content.site, table);
+ * const templates = buildServiceTemplates(loaded.config, { site: content.content.site, routes: table });
  * const choose = createChooser(templates);
  * const admitted = { allowed: true, remaining: 59, resetSeconds: 60 };
  * const request = new Request("http://localhost/x", { method: "DELETE" });
@@ -94,7 +101,9 @@ export function createChooser(templates: ServiceTemplates): Chooser {
   const hostIsValid = createHostCheck();
   return (request, route, decision) => {
     const method = request.method;
-    if (!decision.allowed) return refusal(route ?? templates.unknownPath, decision, method);
+    if (!decision.allowed) {
+      return forMethod(refusal(route ?? templates.unknownPath, decision), method);
+    }
     const headers = request.headers;
     const host = headers.get("host");
     if (host !== null && !hostIsValid(host)) {
@@ -102,7 +111,9 @@ export function createChooser(templates: ServiceTemplates): Chooser {
     }
     if (route === undefined) return forMethod(templates.notFound(headers.get("accept")), method);
     if (method === "GET" || method === "HEAD") {
-      return representationTemplate(request, route, templates);
+      // The representation `Accept` selects, in the coding `Accept-Encoding` selects.
+      const set = route.pick(headers.get("accept"));
+      return variantResponse(request, templates.variant(set, headers.get("accept-encoding")));
     }
     if (method === "OPTIONS") return route.preflight;
     return route.methodNotAllowed;

@@ -95,7 +95,8 @@ interface PathErrors {
 }
 
 /**
- * Builds the templates of every path of `table`, and of unknown paths.
+ * Builds the templates of every path of the route table `parts.routes`, and of unknown paths, with
+ * the pages' layout `parts.site` for the HTML 404.
  *
  * @example
  * ```ts
@@ -108,7 +109,7 @@ interface PathErrors {
  * const content = loadContent(loaded.config);
  * assert(content.ok);
  * const table = buildRoutes(loaded.config, content.content);
- * const templates = buildServiceTemplates(loaded.config, content.content.site, table);
+ * const templates = buildServiceTemplates(loaded.config, { site: content.content.site, routes: table });
  * assert.equal(templates.routes.size, table.size);
  * assert.equal(templates.notFound("text/markdown").get.status, 404);
  * assert.equal(templates.unknownPath.preflight.status, 204);
@@ -116,9 +117,9 @@ interface PathErrors {
  */
 export function buildServiceTemplates(
   config: Config,
-  site: Site,
-  table: ReadonlyMap<string, Route>,
+  parts: { site: Site; routes: ReadonlyMap<string, Route> },
 ): ServiceTemplates {
+  const { site, routes: table } = parts;
   const render = createErrorRenderer(config, site);
   const errors: PathErrors = {
     badRequest: render("bad_request", "json"),

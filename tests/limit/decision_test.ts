@@ -103,14 +103,13 @@ Deno.test("preflightDecision() counts nothing and never refuses, from a sync or 
   const store = new MemoryStore({ limit: 2, windowMs: 60_000 }, { sweep: false });
   store.hit("a", T0);
   store.hit("a", T0);
-  assert.deepEqual(preflightDecision(store, "a", T0 + 1_000), {
+  assert.deepEqual(preflightDecision(store.peek("a", T0 + 1_000)), {
     allowed: true,
     remaining: 0,
     resetSeconds: 59,
   });
   assert.equal(store.hit("a", T0 + 1_000).allowed, false);
-  const remote = { peek: (key: string, now: number) => Promise.resolve(store.peek(key, now)) };
-  assert.deepEqual(await preflightDecision(remote, "b", T0), {
+  assert.deepEqual(await preflightDecision(Promise.resolve(store.peek("b", T0))), {
     allowed: true,
     remaining: 2,
     resetSeconds: 0,

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import type { Decision } from "../../lib/limit/decision.ts";
-import { createChooser, refusal, representationTemplate } from "../../lib/respond/choose.ts";
+import { createChooser, refusal, variantResponse } from "../../lib/respond/choose.ts";
 import {
   buildServiceTemplates,
   type RouteTemplates,
@@ -22,7 +22,10 @@ const REFUSED: Decision = { allowed: false, remaining: 0, resetSeconds: 12 };
 function templates(): ServiceTemplates {
   const config = testConfig();
   const content = testContent(config);
-  return buildServiceTemplates(config, content.site, buildRoutes(config, content));
+  return buildServiceTemplates(config, {
+    site: content.site,
+    routes: buildRoutes(config, content),
+  });
 }
 
 function route(service: ServiceTemplates, path: string): RouteTemplates {
@@ -38,12 +41,9 @@ function request(method: string, headers: Record<string, string> = {}): Request 
 Deno.test("refusal() answers rate_limited, or rate_limit_unavailable when the store could not decide", () => {
   const service = templates();
   const platform = route(service, "/api/v1/platform");
-  assert.equal(refusal(platform, REFUSED, "GET"), platform.rateLimited.get);
-  assert.equal(refusal(platform, REFUSED, "HEAD"), platform.rateLimited.head);
-  assert.equal(
-    refusal(platform, { ...REFUSED, unavailable: true }, "GET"),
-    platform.unavailable.get,
-  );
+  assert.equal(refusal(platform, REFUSED), platform.rateLimited);
+  assert.equal(refusal(platform, { ...REFUSED, unavailable: true }), platform.unavailable);
+  assert.equal(refusal(service.unknownPath, REFUSED), service.unknownPath.rateLimited);
 });
 
 Deno.test("a refused request is answered 429 before anything else is looked at, unknown paths too", () => {
@@ -78,28 +78,48 @@ Deno.test("an unknown path is answered 404 in the preferred media type, whatever
   assert.equal(choose(request("HEAD"), undefined, ADMITTED), service.notFound(null).head);
 });
 
-Deno.test("representationTemplate() picks the variant by Accept and Accept-Encoding, and 304 on a matching ETag", () => {
+Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and 304 on a matching ETag", () => {
   const service = templates();
+  const choose = createChooser(service);
   const platform = route(service, "/api/v1/platform");
-  const json = representationTemplate(request("GET"), platform, service);
+  const json = choose(request("GET"), platform, ADMITTED);
   assert.equal(json.status, 200);
-  const markdown = representationTemplate(
+  assert.ok(
+    json.fields.some(([name, value]) => name === "content-type" && value === "application/json"),
+  );
+  const markdown = choose(
     request("GET", { accept: "text/markdown", "accept-encoding": "gzip" }),
     platform,
-    service,
+    ADMITTED,
   );
   assert.ok(
     markdown.fields.some(([name, value]) => name === "content-encoding" && value === "gzip"),
   );
+  assert.ok(
+    markdown.fields.some(([name, value]) => name === "content-type" && /markdown/.test(value)),
+  );
   const etag = json.fields.find(([name]) => name === "etag")?.[1];
   assert.ok(etag);
-  const revalidated = representationTemplate(
-    request("HEAD", { "if-none-match": etag }),
-    platform,
-    service,
+  assert.equal(choose(request("HEAD", { "if-none-match": etag }), platform, ADMITTED).status, 304);
+  assert.equal(choose(request("HEAD"), platform, ADMITTED).body, null);
+});
+
+Deno.test("variantResponse() answers 304 only when If-None-Match matches the variant's ETag", () => {
+  const service = templates();
+  const variant = service.variant(route(service, "/llms.txt").pick(null), null);
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": variant.etag }), variant),
+    variant.notModified,
   );
-  assert.equal(revalidated.status, 304);
-  assert.equal(representationTemplate(request("HEAD"), platform, service).body, null);
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": '"other"' }), variant),
+    variant.ok,
+  );
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": "*" }), variant),
+    variant.notModified,
+  );
+  assert.equal(variantResponse(request("HEAD"), variant), variant.head);
 });
 
 Deno.test("OPTIONS on a known path is its 204, any other method its 405", () => {

@@ -14,7 +14,7 @@ function build(env: Record<string, string> = {}) {
   const config = testConfig(env);
   const content = testContent(config);
   const table = buildRoutes(config, content);
-  return { table, templates: buildServiceTemplates(config, content.site, table) };
+  return { table, templates: buildServiceTemplates(config, { site: content.site, routes: table }) };
 }
 
 Deno.test("every path of the route table has its templates, carrying the route's own fields", () => {
