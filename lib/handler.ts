@@ -1,10 +1,10 @@
 /**
  * The fetch handler: caller key -> rate-limit decision -> route -> representation -> response.
  *
- * This module is that composition and nothing else. At start-up it builds the route table, every
- * response template (`respond/service_templates.ts`) and the response cache; per request it takes
- * the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`, or
- * its `peek` for a CORS preflight), the route, the template that answers
+ * This module is that composition and nothing else. At start-up (`prepare`) it builds the route
+ * table, every response template (`respond/service_templates.ts`) and the response cache; per
+ * request it takes the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`,
+ * or its `peek` for a CORS preflight, `preflightDecision`), the route, the template that answers
  * (`respond/choose.ts`) and a clone of its prebuilt response for that decision
  * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
  * 500 with the Error shape.
