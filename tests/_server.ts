@@ -124,8 +124,10 @@ export interface TestServer extends AsyncDisposable {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * await using server = await startServer({ env: { RATE_LIMIT: "3" } });
  * const response = await rawRequest(server.url, "/api/v1/platform");
+ * assert.equal(response.status, 200);
  * ```
  */
 export function startServer(options: ServerOptions = {}): Promise<TestServer> {

@@ -1,6 +1,6 @@
 /**
- * The examples in the JSDoc of `lib/` are tests: `deno task test` runs them (`deno test --doc`), and
- * this file checks that each one asserts its result (an example that only calls something shows
+ * The examples in the JSDoc of `lib/` and `tests/` are tests: `deno task test` runs them (`deno test
+ * --doc`), and this file checks that each one asserts its result (an example that only calls something shows
  * nothing and proves nothing), and that one not run says why on its own line.
  *
  * @module
@@ -59,7 +59,8 @@ function asserts(code: string): boolean {
 
 async function libExamples(): Promise<Example[]> {
   const examples: Example[] = [];
-  for (const file of await tsFiles(join(ROOT, "lib"))) {
+  const files = [...await tsFiles(join(ROOT, "lib")), ...await tsFiles(join(ROOT, "tests"))];
+  for (const file of files.filter((f) => !f.endsWith("doc_examples_test.ts"))) {
     examples.push(...examplesOf(await Deno.readTextFile(file), relative(ROOT, file)));
   }
   return examples;
@@ -74,13 +75,13 @@ Deno.test("examplesOf() finds a JSDoc example, its info string and its code", ()
   assert.equal(asserts("assert.equal(add(1, 2), 3);"), true);
 });
 
-Deno.test("every example in lib/ asserts its result", async () => {
+Deno.test("every example in lib/ and tests/ asserts its result", async () => {
   const examples = await libExamples();
   assert.ok(examples.length >= 40, `lib/ has its examples (${examples.length})`);
   assert.deepEqual(examples.filter((e) => !asserts(e.code)).map((e) => e.where), []);
 });
 
-Deno.test("an example in lib/ that is not run says why, on its own first line", async () => {
+Deno.test("an example in lib/ or tests/ that is not run says why, on its own first line", async () => {
   const ignored = (await libExamples()).filter((e) => /\bignore\b/.test(e.info));
   assert.deepEqual(
     ignored.filter((e) => !/^\/\/ Not run by `deno test --doc`: .+/.test(e.code)).map((e) =>
