@@ -8,7 +8,7 @@
  */
 
 import { type CidrSet, type ForwardedHeader, parseCidrSet, parseIp } from "./limit/caller.ts";
-import { KV_MAX_LIMIT } from "./limit/kv.ts";
+import { KV_MAX_LIMIT } from "./limit/kv_limit.ts";
 import type { StoreSettings } from "./limit/open_store.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */

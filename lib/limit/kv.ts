@@ -27,9 +27,7 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "./decision.ts";
-
-/** The most timestamps one KV value can hold: values are limited to 64 KiB, 8 bytes per timestamp. */
-export const KV_MAX_LIMIT = 8000;
+import { KV_MAX_LIMIT } from "./kv_limit.ts";
 
 /** Extra life of an entry past the window, so that clean-up never races a decision. */
 const EXPIRY_GRACE_MS = 1000;
