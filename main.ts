@@ -12,11 +12,11 @@
 // deno-lint-ignore-file no-console
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
-import { createHandler } from "./lib/app.ts";
+import { createHandler } from "./lib/handler.ts";
 import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
-import { loadContent } from "./lib/content.ts";
-import { deployEnv, onDenoDeploy } from "./lib/deno_deploy.ts";
-import { openRateLimitStore } from "./lib/rate_limit_store.ts";
+import { loadContent } from "./lib/pages/content.ts";
+import { deployEnv, onDenoDeploy } from "./lib/server/deno_deploy.ts";
+import { openRateLimitStore } from "./lib/limit/open_store.ts";
 import {
   addressOf,
   createDrain,
@@ -24,8 +24,8 @@ import {
   type ServeEvent,
   serveResilient,
   STOP_DEADLINE_MS,
-} from "./lib/serve.ts";
-import { explainKvError, explainListenError, explainStartupError } from "./lib/startup.ts";
+} from "./lib/server/serve.ts";
+import { explainKvError, explainListenError, explainStartupError } from "./lib/server/startup.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
 function event(

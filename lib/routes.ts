@@ -3,13 +3,15 @@
  * built once at start-up from the content and the configuration.
  *
  * A route answers GET and HEAD with one of its representations, chosen by `Accept`; everything else
- * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler in `app.ts`.
+ * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler (`handler.ts`) and the
+ * per-request choice (`respond/choose.ts`).
  *
  * @module
  */
 
 import type { Config } from "./config.ts";
-import type { Content, Page } from "./content.ts";
+import type { HeaderField } from "./http/message.ts";
+import type { Content, Page } from "./pages/content.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -17,12 +19,9 @@ import {
   linkHeader,
   pageLinks,
   STYLESHEET_PATH,
-} from "./layout.ts";
-import { memoize, preferredType } from "./negotiate.ts";
-import { buildRepresentation, type Representation } from "./representation.ts";
-
-/** A header field as a name/value pair. */
-export type HeaderField = readonly [string, string];
+} from "./pages/layout.ts";
+import { memoize, preferredType } from "./http/negotiate.ts";
+import { buildRepresentation, type Representation } from "./http/representation.ts";
 
 /** One public path. */
 export interface Route {
@@ -102,99 +101,119 @@ export function discoveryFields(config: Config): HeaderField[] {
  */
 export function buildRoutes(config: Config, content: Content): Map<string, Route> {
   const discovery = discoveryFields(config);
-  // Representations are built the first time they are asked for: a page's HTML is rendered from its
-  // Markdown then, not at start-up (README, "Cold start").
-  const rep = (type: string, body: () => string, fields: () => readonly HeaderField[]) =>
-    once(() => buildRepresentation(type, body(), { headers: [...fields(), ...COMMON_FIELDS] }));
-
-  const asset = (type: string, body: string) =>
-    once(() =>
-      buildRepresentation(type, body, {
-        headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
-        cacheControl: ASSET_CACHE_CONTROL,
-      })
-    );
-
-  const fixed = (
-    representation: () => Representation,
-    fields: readonly HeaderField[] = [],
-  ): Route => ({
-    pick: representation,
-    representations: () => [representation()],
-    fields,
-  });
-
-  const negotiated = (
-    defaultRep: () => Representation,
-    markdownRep: () => Representation,
-    defaultType: string,
-    fields: readonly HeaderField[] = [],
-  ): Route => {
-    const byType: Record<string, () => Representation> = {
-      [defaultType]: defaultRep,
-      "text/markdown": markdownRep,
-    };
-    const choose = memoize((accept) =>
-      byType[preferredType(accept, [defaultType, "text/markdown"])]!()
-    );
-    return { pick: choose, representations: () => [defaultRep(), markdownRep()], fields };
-  };
-
-  // HTML pages announce their Markdown alternate and the OpenAPI description in `Link` too, the same
-  // links as their `<link>` elements (RFC 8288), for clients that read headers only (HEAD).
-  const page = (p: Page): Route => ({
-    ...negotiated(
-      rep(TYPES.html, () => p.html, () => [
-        NEGOTIATED,
-        ...HTML_FIELDS,
-        ["link", linkHeader(pageLinks(p.meta, content.site))],
-      ]),
-      rep(TYPES.markdown, () => p.markdown, () => [NEGOTIATED]),
-      "text/html",
+  const platform = negotiatedRoute(
+    lazyRepresentation(TYPES.json, () => content.platformJson, () => [NEGOTIATED, ...discovery]),
+    lazyRepresentation(
+      TYPES.markdown,
+      () => content.platformMarkdown,
+      () => [NEGOTIATED, ...discovery],
     ),
-    prepare: content.prepareMarkdown,
-  });
-  const text = (type: string, body: () => string) => fixed(rep(type, body, () => [NOT_NEGOTIATED]));
-
-  const platform = negotiated(
-    rep(TYPES.json, () => content.platformJson, () => [NEGOTIATED, ...discovery]),
-    rep(TYPES.markdown, () => content.platformMarkdown, () => [NEGOTIATED, ...discovery]),
     "application/json",
     discovery,
   );
-  const developers = page(content.developers);
-  const openapi = text(TYPES.json, () => content.openapi);
+  const developers = pageRoute(content.developers, content);
+  const openapi = textRoute(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as route fields.
   const catalogLink: HeaderField = ["link", linkHeader([apiCatalogLink(config.baseUrl)])];
-
+  const catalog = lazyRepresentation(
+    TYPES.linkset,
+    () => content.apiCatalog,
+    () => [NOT_NEGOTIATED, catalogLink],
+  );
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
-    ["/", page(content.home)],
+    ["/", pageRoute(content.home, content)],
     ["/developers", developers],
     ["/api", developers],
-    [
-      "/developers/deprecation-policy",
-      page(content.deprecationPolicy),
-    ],
+    ["/developers/deprecation-policy", pageRoute(content.deprecationPolicy, content)],
     [
       "/developers/deprecation-policy.md",
-      text(TYPES.markdown, () => content.deprecationPolicy.markdown),
+      textRoute(TYPES.markdown, () => content.deprecationPolicy.markdown),
     ],
     ["/openapi.json", openapi],
     ["/openapi", openapi],
-    ["/llms.txt", text(TYPES.text, () => content.llms)],
+    ["/llms.txt", textRoute(TYPES.text, () => content.llms)],
     // Crawlers may index the portal (RFC 9309); counted like every path.
-    ["/robots.txt", text(TYPES.text, () => content.robots)],
-    [
-      API_CATALOG_PATH,
-      fixed(rep(TYPES.linkset, () => content.apiCatalog, () => [NOT_NEGOTIATED, catalogLink]), [
-        catalogLink,
-      ]),
-    ],
-    [STYLESHEET_PATH, fixed(asset(TYPES.css, content.stylesheet))],
-    [ICON_PATH, fixed(asset(TYPES.svg, content.icon))],
+    ["/robots.txt", textRoute(TYPES.text, () => content.robots)],
+    [API_CATALOG_PATH, fixedRoute(catalog, [catalogLink])],
+    [STYLESHEET_PATH, fixedRoute(assetRepresentation(TYPES.css, content.stylesheet))],
+    [ICON_PATH, fixedRoute(assetRepresentation(TYPES.svg, content.icon))],
   ]);
+}
+
+/**
+ * A representation built the first time it is asked for: a page's HTML is rendered from its Markdown
+ * then, not at start-up (README, "Cold start").
+ */
+function lazyRepresentation(
+  type: string,
+  body: () => string,
+  fields: () => readonly HeaderField[],
+): () => Representation {
+  return once(() =>
+    buildRepresentation(type, body(), { headers: [...fields(), ...COMMON_FIELDS] })
+  );
+}
+
+/** The stylesheet or the icon: not negotiated, cached for an hour ({@linkcode ASSET_CACHE_CONTROL}). */
+function assetRepresentation(type: string, body: string): () => Representation {
+  return once(() =>
+    buildRepresentation(type, body, {
+      headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
+      cacheControl: ASSET_CACHE_CONTROL,
+    })
+  );
+}
+
+/** A path with one representation. */
+function fixedRoute(
+  representation: () => Representation,
+  fields: readonly HeaderField[] = [],
+): Route {
+  return { pick: representation, representations: () => [representation()], fields };
+}
+
+/** A path of one text file, not negotiated. */
+function textRoute(type: string, body: () => string): Route {
+  return fixedRoute(lazyRepresentation(type, body, () => [NOT_NEGOTIATED]));
+}
+
+/** A path with a default representation and a Markdown one, chosen by `Accept`. */
+function negotiatedRoute(
+  defaultRep: () => Representation,
+  markdownRep: () => Representation,
+  defaultType: string,
+  fields: readonly HeaderField[] = [],
+): Route {
+  const byType: Record<string, () => Representation> = {
+    [defaultType]: defaultRep,
+    "text/markdown": markdownRep,
+  };
+  const choose = memoize((accept) =>
+    byType[preferredType(accept, [defaultType, "text/markdown"])]!()
+  );
+  return { pick: choose, representations: () => [defaultRep(), markdownRep()], fields };
+}
+
+/**
+ * A portal page: HTML by default, its Markdown when preferred. HTML pages announce their Markdown
+ * alternate and the OpenAPI description in `Link` too, the same links as their `<link>` elements
+ * (RFC 8288), for clients that read headers only (HEAD).
+ */
+function pageRoute(page: Page, content: Content): Route {
+  return {
+    ...negotiatedRoute(
+      lazyRepresentation(TYPES.html, () => page.html, () => [
+        NEGOTIATED,
+        ...HTML_FIELDS,
+        ["link", linkHeader(pageLinks(page.meta, content.site))],
+      ]),
+      lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
+      "text/html",
+    ),
+    prepare: content.prepareMarkdown,
+  };
 }
 
 /**
@@ -202,9 +221,12 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
  *
  * @example
  * ```ts
- * const answer = once(() => 6 * 7);
- * answer(); // 42, computed
- * answer(); // 42, remembered
+ * import assert from "node:assert/strict";
+ * let built = 0;
+ * const answer = once(() => ++built * 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(built, 1);
  * ```
  */
 export function once<T>(build: () => T): () => T {

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
+import { loadContent } from "../lib/pages/content.ts";
 import { buildRoutes, discoveryFields } from "../lib/routes.ts";
 
 async function setup(env: Parameters<typeof recordEnv>[0] = {}) {
