@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { DEPLOY_PLATFORM } from "../_deno_deploy_env.ts";
 import { loadConfig } from "../../lib/config.ts";
 import {
   DEPLOY_STORE_TIMEOUT_MS,
@@ -13,17 +14,6 @@ import {
   deployUrl,
   onDenoDeploy,
 } from "../../lib/server/deno_deploy.ts";
-
-const PLATFORM = {
-  DENO_DEPLOY: "true",
-  DENO_DEPLOY_ORG_ID: "0e9b3b5a-7a55-4bd5-9b5b-5d3f0c7f4a11",
-  DENO_DEPLOY_ORG_SLUG: "acme",
-  DENO_DEPLOY_APP_ID: "4a0c4a1e-0c5e-4c43-9f7e-2f9f3f0b2b22",
-  DENO_DEPLOY_APP_SLUG: "discovery",
-  DENO_DEPLOY_BUILD_ID: "abc123",
-  DENO_DEPLOYMENT_ID: "dep-1",
-  DENO_TIMELINE: "production",
-};
 
 function reader(record: Record<string, string>): (name: string) => string | undefined {
   return (name) => record[name];
@@ -49,9 +39,9 @@ Deno.test("deployUrl() gives each timeline's documented deno.net URL", () => {
     ["", undefined],
   ];
   for (const [timeline, url] of cases) {
-    assert.equal(deployUrl(reader({ ...PLATFORM, DENO_TIMELINE: timeline })), url, timeline);
+    assert.equal(deployUrl(reader({ ...DEPLOY_PLATFORM, DENO_TIMELINE: timeline })), url, timeline);
   }
-  assert.equal(deployUrl(reader({ ...PLATFORM, DENO_DEPLOY_ORG_SLUG: "" })), undefined);
+  assert.equal(deployUrl(reader({ ...DEPLOY_PLATFORM, DENO_DEPLOY_ORG_SLUG: "" })), undefined);
 });
 
 Deno.test("deployEnv() leaves the environment alone off Deno Deploy", () => {
@@ -68,7 +58,9 @@ Deno.test("deployEnv() leaves the environment alone off Deno Deploy", () => {
 
 Deno.test("on Deno Deploy, links name the timeline's URL, the address is the platform's, and the store timeout fits a cross-region round trip", () => {
   // A container-style HOSTNAME that would not validate, and a PORT: neither is read on Deploy.
-  const result = deployEnv(reader({ ...PLATFORM, HOSTNAME: "ip-10-0-0-1_internal", PORT: "x" }));
+  const result = deployEnv(
+    reader({ ...DEPLOY_PLATFORM, HOSTNAME: "ip-10-0-0-1_internal", PORT: "x" }),
+  );
   assert.deepEqual(result.errors, []);
   assert.equal(result.derivedBaseUrl, "https://discovery.acme.deno.net");
   const loaded = loadConfig(result.env);
@@ -81,7 +73,7 @@ Deno.test("on Deno Deploy, links name the timeline's URL, the address is the pla
 
 Deno.test("on Deno Deploy, what the operator sets wins over the platform's defaults", () => {
   const result = deployEnv(reader({
-    ...PLATFORM,
+    ...DEPLOY_PLATFORM,
     PUBLIC_BASE_URL: "https://api.example.com",
     RATE_LIMIT_STORE_TIMEOUT_MS: "250",
   }));
@@ -94,7 +86,7 @@ Deno.test("on Deno Deploy, what the operator sets wins over the platform's defau
 });
 
 Deno.test("on Deno Deploy, a public base URL that cannot be derived stops start-up with one sentence naming PUBLIC_BASE_URL", () => {
-  const result = deployEnv(reader({ ...PLATFORM, DENO_TIMELINE: "git-branch/feature/x" }));
+  const result = deployEnv(reader({ ...DEPLOY_PLATFORM, DENO_TIMELINE: "git-branch/feature/x" }));
   assert.equal(result.errors.length, 1);
   assert.match(result.errors[0]!, /^PUBLIC_BASE_URL must be set on Deno Deploy .*: set it to /);
   assert.doesNotMatch(result.errors[0]!, /\n/);
