@@ -24,6 +24,9 @@ export type RateLimitStoreKind = "memory" | "kv" | "redis";
 /** What the limiter answers when its store fails or times out: admit or refuse. */
 export type StoreErrorPolicy = "open" | "closed";
 
+/** How a shared store decides: `exact` waits for it; `local-first` decides here and syncs in batches. */
+export type RateLimitConsistency = "exact" | "local-first";
+
 /** The most requests per window the Deno KV store can hold for one caller (one 64 KiB value). */
 export const KV_MAX_RATE_LIMIT = 8000;
 
@@ -70,6 +73,10 @@ export interface Config {
   rateLimitStoreTimeoutMs: number;
   /** What to answer when the shared store fails or times out. */
   rateLimitOnStoreError: StoreErrorPolicy;
+  /** How `kv` and `redis` decide: waiting for the store (`exact`) or locally with batched syncs. */
+  rateLimitConsistency: RateLimitConsistency;
+  /** The shortest time between two syncs of `local-first`, in ms. */
+  rateLimitSyncMs: number;
   /** Peers whose forwarded headers are believed; empty means none. */
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
@@ -106,6 +113,8 @@ export const ENV_NAMES = [
   "REDIS_URL",
   "RATE_LIMIT_STORE_TIMEOUT_MS",
   "RATE_LIMIT_ON_STORE_ERROR",
+  "RATE_LIMIT_CONSISTENCY",
+  "RATE_LIMIT_SYNC_MS",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
   "DEPRECATION_DATE",
@@ -199,6 +208,13 @@ export function loadConfig(env: Env): ConfigResult {
     "RATE_LIMIT_ON_STORE_ERROR",
     errors,
   );
+  const rateLimitConsistency = oneOf(
+    read("RATE_LIMIT_CONSISTENCY"),
+    ["exact", "local-first"] as const,
+    "RATE_LIMIT_CONSISTENCY",
+    errors,
+  );
+  const rateLimitSyncMs = int("RATE_LIMIT_SYNC_MS", 50, { min: 1, max: 60_000 });
 
   let trustedProxies: CidrSet = parseCidrSet("").set;
   const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
@@ -264,6 +280,8 @@ export function loadConfig(env: Env): ConfigResult {
     redisUrl,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
+    rateLimitConsistency,
+    rateLimitSyncMs,
     trustedProxies,
     forwardedHeader,
     deprecation,
