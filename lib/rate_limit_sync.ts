@@ -1,6 +1,6 @@
 /**
- * The sync backends of the `local-first` consistency ({@linkcode LocalFirstStore}): Redis and Deno
- * KV, each one batch per round trip (KV: per ten callers, its `getMany` limit).
+ * The sync backends of the `local-first` consistency (`LocalFirstStore`): Redis (one round trip
+ * per batch) and Deno KV (one round trip of time per batch).
  *
  * Redis keeps each caller's log as the `exact` store does (a sorted set scored by time, members
  * `<time>:<instance>:<sequence>`), so both modes read and write the same logs: one script adds this
@@ -8,8 +8,10 @@
  * every caller of the batch. The script touches several keys, so it needs one Redis (or a cluster
  * where the callers' keys share a hash slot), not a sharded cluster.
  *
- * KV keeps, per caller, one entry holding each instance's log under its id. An instance only ever
- * replaces its own log, so a sync is idempotent: a batch that failed is sent again whole.
+ * KV keeps one entry per caller and instance: that instance's log. An instance only ever replaces
+ * its own entries, with blind writes that cannot conflict, and a sync is idempotent: a batch that
+ * failed is sent again whole. Each caller's entries are read with one `list`, all in parallel, so a
+ * sync takes one round trip of time but one read per caller active here.
  *
  * @module
  */
@@ -111,16 +113,11 @@ export class RedisSyncBackend implements SyncBackend {
   }
 }
 
-/** Deno KV's most keys per `getMany`, and so the callers one KV round trip carries. */
-export const KV_BATCH = 10;
-
-/** Attempts of one chunk when another instance wrote one of its callers in between. */
-const KV_ATTEMPTS = 5;
+/** Callers written by one atomic operation (each value is at most 64 KiB; the whole, 800 KiB). */
+export const KV_WRITE_BATCH = 10;
 
 /** Extra life of an entry past the window, so that clean-up never races a sync. */
 const EXPIRY_GRACE_MS = 1000;
-
-type KvLogs = Record<string, Uint8Array>;
 
 /** The Deno KV sync backend. */
 export class KvSyncBackend implements SyncBackend {
@@ -147,13 +144,20 @@ export class KvSyncBackend implements SyncBackend {
     return this.#roundTrips;
   }
 
-  /** {@inheritDoc SyncBackend.sync} */
+  /**
+   * Writes this instance's log of every caller with new hits (blind sets: only this instance writes
+   * its own entries, so nothing can conflict) and lists each caller's entries, all at once.
+   */
   async sync(batch: SyncBatch): Promise<Map<string, number[]>> {
     const keys = [...batch.callers.keys()];
-    const chunks: string[][] = [];
-    for (let i = 0; i < keys.length; i += KV_BATCH) chunks.push(keys.slice(i, i + KV_BATCH));
-    const results = await Promise.all(chunks.map((chunk) => this.#syncChunk(batch, chunk)));
-    return new Map(results.flatMap((result) => [...result]));
+    const changed = keys.filter((key) => batch.callers.get(key)!.fresh.length > 0);
+    const writes: Promise<unknown>[] = [];
+    for (let i = 0; i < changed.length; i += KV_WRITE_BATCH) {
+      writes.push(this.#write(batch, changed.slice(i, i + KV_WRITE_BATCH)));
+    }
+    const reads = keys.map(async (key) => [key, await this.#others(batch, key)] as const);
+    const [, others] = await Promise.all([Promise.all(writes), Promise.all(reads)]);
+    return new Map(others);
   }
 
   /** {@inheritDoc SyncBackend.close} */
@@ -161,44 +165,28 @@ export class KvSyncBackend implements SyncBackend {
     if (this.#ownsKv) this.#kv.close();
   }
 
-  async #syncChunk(batch: SyncBatch, keys: string[]): Promise<Map<string, number[]>> {
+  async #write(batch: SyncBatch, keys: string[]): Promise<void> {
     const cutoff = batch.now - this.#windowMs;
-    for (let attempt = 1;; attempt++) {
-      const entries = await this.#kv.getMany<KvLogs[]>(keys.map((key) => [...this.#prefix, key]));
-      this.#roundTrips++;
-      const result = new Map<string, number[]>();
-      const atomic = this.#kv.atomic();
-      let writes = 0;
-      entries.forEach((entry, i) => {
-        const key = keys[i]!;
-        const logs: KvLogs = { ...(entry.value ?? {}) };
-        const others: number[] = [];
-        for (const [instance, bytes] of Object.entries(logs)) {
-          const live = decodeLog(bytes).filter((t) => t > cutoff);
-          if (instance === batch.instance) continue;
-          if (live.length === 0) delete logs[instance];
-          else others.push(...live);
-        }
-        result.set(key, others);
-        const mine = batch.callers.get(key)!;
-        // Nothing new from here: the store already holds this instance's log.
-        if (mine.fresh.length === 0) return;
-        logs[batch.instance] = encodeLog(mine.log.filter((t) => t > cutoff));
-        atomic.check(entry).set(entry.key, logs, { expireIn: this.#windowMs + EXPIRY_GRACE_MS });
-        writes++;
+    const atomic = this.#kv.atomic();
+    for (const key of keys) {
+      const log = batch.callers.get(key)!.log.filter((t) => t > cutoff);
+      atomic.set([...this.#prefix, key, batch.instance], encodeLog(log), {
+        expireIn: this.#windowMs + EXPIRY_GRACE_MS,
       });
-      if (writes === 0) return result;
-      const committed = await atomic.commit().then((r) => r.ok, (error) => {
-        if (error instanceof Error && /database is (locked|busy)/i.test(error.message)) {
-          return false;
-        }
-        throw error;
-      });
-      this.#roundTrips++;
-      if (committed) return result;
-      if (attempt >= KV_ATTEMPTS) {
-        throw new Error("rate-limit sync lost every race for its callers");
-      }
     }
+    this.#roundTrips++;
+    const result = await atomic.commit();
+    if (!result.ok) throw new Error("rate-limit sync: KV refused the write");
+  }
+
+  async #others(batch: SyncBatch, key: string): Promise<number[]> {
+    const cutoff = batch.now - this.#windowMs;
+    const others: number[] = [];
+    this.#roundTrips++;
+    for await (const entry of this.#kv.list<Uint8Array>({ prefix: [...this.#prefix, key] })) {
+      if (entry.key[entry.key.length - 1] === batch.instance) continue;
+      for (const t of decodeLog(entry.value)) if (t > cutoff) others.push(t);
+    }
+    return others;
   }
 }
