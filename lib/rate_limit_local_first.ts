@@ -20,9 +20,9 @@
  * model with fast-check.
  *
  * When the store is down each instance keeps limiting by its own log (and the others' timestamps it
- * last saw, which expire on their own); the hits it admits meanwhile stay queued and reach the store
- * with the first sync that succeeds, so the instances reconcile without any answer by a failure
- * policy.
+ * last saw, which expire on their own); the first sync that succeeds sends its whole log in the
+ * window (member ids make that idempotent, and a store restarted empty gets it all back), so the
+ * instances reconcile without any answer by a failure policy.
  *
  * @module
  */
@@ -112,6 +112,8 @@ export interface LocalFirstStats {
 interface Caller {
   /** This instance's counted timestamps, ascending. */
   log: number[];
+  /** The member id of each timestamp of `log`, at the same index. */
+  members: string[];
   /** The other instances' counted timestamps as last synced, ascending. */
   others: number[];
   /** Hits not yet acknowledged by the store. */
@@ -206,8 +208,9 @@ export class LocalFirstStore implements RateLimitStore {
     const caller = this.#caller(key, now);
     const decision = this.#decision(caller, now);
     if (decision.allowed) {
-      insertInOrder(caller.log, now);
-      caller.fresh.push([now, `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`]);
+      const member = `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`;
+      insertInOrder(caller, now, member);
+      caller.fresh.push([now, member]);
     }
     return decision;
   }
@@ -277,7 +280,7 @@ export class LocalFirstStore implements RateLimitStore {
         const oldest = this.#callers.keys().next();
         if (!oldest.done) this.#callers.delete(oldest.value);
       }
-      caller = { log: [], others: [], fresh: [], seen: now };
+      caller = { log: [], members: [], others: [], fresh: [], seen: now };
       this.#callers.set(key, caller);
     }
     if (now > caller.seen) caller.seen = now;
@@ -301,8 +304,9 @@ export class LocalFirstStore implements RateLimitStore {
     const now = this.#clock();
     const batch = this.#batch(now);
     if (batch.callers.size === 0) return;
+    // What each caller's queue held: acknowledged by a success, whatever the batch carried.
     const sent = new Map<string, number>();
-    for (const [key, entry] of batch.callers) sent.set(key, entry.fresh.length);
+    for (const key of batch.callers.keys()) sent.set(key, this.#callers.get(key)!.fresh.length);
     let reply: Map<string, number[]>;
     try {
       reply = await bounded(this.#backend.sync(batch), this.#options.syncTimeoutMs);
@@ -335,7 +339,12 @@ export class LocalFirstStore implements RateLimitStore {
       }
       if (callers.size >= MAX_SYNC_CALLERS) continue;
       expire(caller, cutoff);
-      callers.set(key, { log: caller.log.slice(), fresh: caller.fresh.slice() });
+      // After an outage the store may have lost what it had (a Redis restarted empty): send the
+      // whole log, whose member ids make it idempotent where nothing was lost.
+      const fresh = this.#down === undefined
+        ? caller.fresh.slice()
+        : caller.log.map((t, i) => [t, caller.members[i]!] as [number, string]);
+      callers.set(key, { log: caller.log.slice(), fresh });
     }
     for (const key of idle) this.#callers.delete(key);
     return { now, instance: this.#instance, callers };
@@ -385,14 +394,20 @@ function bounded<T>(result: Promise<T>, timeoutMs: number): Promise<T> {
 }
 
 function expire(caller: Caller, cutoff: number): void {
-  caller.log = dropUpTo(caller.log, cutoff);
-  caller.others = dropUpTo(caller.others, cutoff);
+  const mine = expiredIn(caller.log, cutoff);
+  if (mine > 0) {
+    caller.log = caller.log.slice(mine);
+    caller.members = caller.members.slice(mine);
+  }
+  const theirs = expiredIn(caller.others, cutoff);
+  if (theirs > 0) caller.others = caller.others.slice(theirs);
 }
 
-function dropUpTo(log: number[], cutoff: number): number[] {
+/** How many timestamps at the start of the ascending `log` are at or before `cutoff`. */
+function expiredIn(log: number[], cutoff: number): number {
   let expired = 0;
   while (expired < log.length && log[expired]! <= cutoff) expired++;
-  return expired === 0 ? log : log.slice(expired);
+  return expired;
 }
 
 function oldestOf(caller: Caller): number | undefined {
@@ -402,9 +417,10 @@ function oldestOf(caller: Caller): number | undefined {
   return theirs === undefined ? mine : Math.min(mine, theirs);
 }
 
-/** Inserts `t` in order: a clock that stepped back makes `t` not always the newest. */
-function insertInOrder(log: number[], t: number): void {
-  let i = log.length;
-  while (i > 0 && log[i - 1]! > t) i--;
-  log.splice(i, 0, t);
+/** Inserts `t` and its member in order: a clock that stepped back makes `t` not the newest. */
+function insertInOrder(caller: Caller, t: number, member: string): void {
+  let i = caller.log.length;
+  while (i > 0 && caller.log[i - 1]! > t) i--;
+  caller.log.splice(i, 0, t);
+  caller.members.splice(i, 0, member);
 }

@@ -20,7 +20,11 @@ import type { Config } from "../lib/config.ts";
 import type { RateLimitPolicy, RateLimitStore } from "../lib/rate_limit.ts";
 import { GuardedStore } from "../lib/rate_limit_guard.ts";
 import { KvStore } from "../lib/rate_limit_kv.ts";
-import { LocalFirstStore, overshootBound } from "../lib/rate_limit_local_first.ts";
+import {
+  LocalFirstStore,
+  overshootBound,
+  type SyncIncident,
+} from "../lib/rate_limit_local_first.ts";
 import { openRateLimitStore } from "../lib/rate_limit_store.ts";
 import { KvSyncBackend } from "../lib/rate_limit_sync.ts";
 import { startLatencyProxy } from "./_latency_proxy.ts";
@@ -330,4 +334,79 @@ Deno.test("three instances on one Deno KV 80 ms away: exact waits for it, local-
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/** Waits until `condition` holds, at most `timeoutMs`. */
+async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not reached in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+Deno.test({
+  name:
+    `local-first on Redis: while Redis is down each instance limits by its own log, and recovery reconciles without refusing anyone for it${
+      redisSkip ? ` (skipped: ${redisSkip})` : ""
+    }`,
+  ignore: redisSkip !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    const limit = 10;
+    const config = configFor("local-first", {
+      RATE_LIMIT: String(limit),
+      RATE_LIMIT_STORE: "redis",
+      REDIS_URL: redis.url,
+      RATE_LIMIT_SYNC_MS: "20",
+    });
+    const incidents: SyncIncident[] = [];
+    const [a, b] = await Promise.all(
+      [0, 1].map(() =>
+        openRateLimitStore(config, { onSyncIncident: (incident) => incidents.push(incident) })
+      ),
+    ) as LocalFirstStore[];
+    try {
+      const admitted = (store: LocalFirstStore, key: string, count: number) =>
+        Array.from({ length: count }, () => store.hit(key, Date.now())).filter((d) => d.allowed)
+          .length;
+      assert.equal(admitted(a!, "caller", 4), 4);
+      assert.equal(admitted(b!, "caller", 1), 1);
+      const seen = limit - 5;
+      await until(() =>
+        a!.peek("caller", Date.now()).remaining === seen &&
+        b!.peek("caller", Date.now()).remaining === seen
+      );
+
+      await redis.stop();
+      await until(() => !a!.synced && !b!.synced);
+      // Never open for all: each instance refuses past the limit from its own log and what it saw.
+      assert.equal(admitted(a!, "caller", 20), seen);
+      assert.equal(admitted(b!, "caller", 20), seen);
+      assert.equal(b!.hit("caller", Date.now()).allowed, false);
+
+      await redis.start();
+      await until(() => a!.synced && b!.synced, 10_000);
+      assert.deepEqual(incidents.map((i) => i.kind).toSorted(), [
+        "resynced",
+        "resynced",
+        "unsynced",
+        "unsynced",
+      ]);
+      // The hits admitted during the outage reached the restarted, empty Redis.
+      const check = createClient({ url: redis.url });
+      await check.connect();
+      try {
+        assert.equal(await check.zCard("rate_limit:caller"), 5 + 2 * seen);
+      } finally {
+        await check.close();
+      }
+      // Recovery refuses nobody for it: a fresh caller is admitted on both at once.
+      assert.equal(a!.hit("fresh", Date.now()).allowed, true);
+      assert.equal(b!.hit("fresh", Date.now()).allowed, true);
+    } finally {
+      await Promise.all([a!.close(), b!.close()]);
+      await redis.stop();
+    }
+  },
 });
