@@ -148,7 +148,19 @@ export function placeholders(config: Config): Record<string, string> {
     support_email: config.supportEmail,
     rate_limit: String(config.rateLimit),
     rate_limit_window: String(config.rateLimitWindowSeconds),
+    rate_limit_accuracy: rateLimitAccuracy(config),
   };
+}
+
+/**
+ * How exact the limit is, in the words the API description uses: exact, unless a shared store runs
+ * `local-first`, where instances share their counts in the background.
+ */
+export function rateLimitAccuracy(config: Config): string {
+  if (config.rateLimitStore === "memory" || config.rateLimitConsistency === "exact") {
+    return "exact sliding window";
+  }
+  return "sliding window shared between the service's instances in the background, so a caller may briefly get a few requests more than the limit";
 }
 
 /**
