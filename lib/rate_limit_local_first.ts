@@ -122,7 +122,7 @@ interface Caller {
   seen: number;
 }
 
-/** The most callers one sync sends; the others wait for the next sync. */
+/** The most callers one sync sends; the others go first in the next sync. */
 export const MAX_SYNC_CALLERS = 1000;
 
 /** What {@linkcode overshootBound} needs to know. */
@@ -347,6 +347,14 @@ export class LocalFirstStore implements RateLimitStore {
       callers.set(key, { log: caller.log.slice(), fresh });
     }
     for (const key of idle) this.#callers.delete(key);
+    if (callers.size >= MAX_SYNC_CALLERS) {
+      // Some callers waited: the ones sent now go to the back, so the next sync takes the others.
+      for (const key of callers.keys()) {
+        const caller = this.#callers.get(key)!;
+        this.#callers.delete(key);
+        this.#callers.set(key, caller);
+      }
+    }
     return { now, instance: this.#instance, callers };
   }
 

@@ -16,6 +16,7 @@ import fc from "fast-check";
 import { type Decision, MemoryStore, type RateLimitPolicy } from "../lib/rate_limit.ts";
 import {
   LocalFirstStore,
+  MAX_SYNC_CALLERS,
   overshootBound,
   type SyncBackend,
   type SyncBatch,
@@ -340,4 +341,24 @@ Deno.test("local-first peek reports the local and the synced counts without coun
   assert.equal(store.peek("caller", 1001).allowed, false);
   // The others' timestamps leave the window here as they would in the store.
   assert.deepEqual(store.peek("caller", 60_601).remaining, 2);
+});
+
+Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers left out go next", async () => {
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => 1000,
+  });
+  for (let i = 0; i <= MAX_SYNC_CALLERS; i++) store.hit(`c${i}`, 1000);
+  await store.sync();
+  await store.sync();
+  const [first, second] = backend.received;
+  assert.equal(first!.callers.size, MAX_SYNC_CALLERS);
+  const left = `c${MAX_SYNC_CALLERS}`;
+  assert.equal(first!.callers.has(left), false);
+  assert.equal(second!.callers.has(left), true, "the caller left out goes first next time");
+  assert.equal(second!.callers.get(left)!.fresh.length, 1);
 });
