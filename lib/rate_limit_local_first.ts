@@ -56,6 +56,8 @@ export interface SyncBackend {
   sync(batch: SyncBatch): Promise<Map<string, number[]>>;
   /** Round trips sent so far (a sync may take several on stores that cap a read). */
   readonly roundTrips: number;
+  /** The most callers one sync may carry (default {@linkcode MAX_SYNC_CALLERS}). */
+  readonly maxCallers?: number;
   /** Releases the connection. */
   close(): void | Promise<void>;
 }
@@ -122,7 +124,7 @@ interface Caller {
   seen: number;
 }
 
-/** The most callers one sync sends; the others go first in the next sync. */
+/** The most callers one sync sends by default; the others go first in the next sync. */
 export const MAX_SYNC_CALLERS = 1000;
 
 /** What {@linkcode overshootBound} needs to know. */
@@ -329,6 +331,7 @@ export class LocalFirstStore implements RateLimitStore {
   #batch(now: number): SyncBatch {
     const cutoff = now - this.#policy.windowMs;
     const callers = new Map<string, SyncEntry>();
+    const limit = this.#backend.maxCallers ?? MAX_SYNC_CALLERS;
     const idle: string[] = [];
     for (const [key, caller] of this.#callers) {
       // Hits older than the window no longer matter to anyone.
@@ -337,7 +340,7 @@ export class LocalFirstStore implements RateLimitStore {
         idle.push(key);
         continue;
       }
-      if (callers.size >= MAX_SYNC_CALLERS) continue;
+      if (callers.size >= limit) continue;
       expire(caller, cutoff);
       // After an outage the store may have lost what it had (a Redis restarted empty): send the
       // whole log, whose member ids make it idempotent where nothing was lost.
@@ -347,7 +350,7 @@ export class LocalFirstStore implements RateLimitStore {
       callers.set(key, { log: caller.log.slice(), fresh });
     }
     for (const key of idle) this.#callers.delete(key);
-    if (callers.size >= MAX_SYNC_CALLERS) {
+    if (callers.size >= limit) {
       // Some callers waited: the ones sent now go to the back, so the next sync takes the others.
       for (const key of callers.keys()) {
         const caller = this.#callers.get(key)!;

@@ -24,10 +24,11 @@ export interface OpenStoreOptions {
 }
 
 /**
- * The longest a `local-first` sync may take: the store timeout, but at least a second, since no
- * request waits for it and a shorter bound would only fail syncs that were about to succeed.
+ * The longest a `local-first` sync may take: the store timeout, but at least 5 s, since no request
+ * waits for it and a shorter bound only failed syncs that were about to succeed (a saturated machine
+ * took over a second for some).
  */
-export const MIN_SYNC_TIMEOUT_MS = 1000;
+export const MIN_SYNC_TIMEOUT_MS = 5000;
 
 /** The rate-limit policy of a configuration. */
 export function policyOf(config: Config): RateLimitPolicy {

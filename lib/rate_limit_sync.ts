@@ -113,6 +113,12 @@ export class RedisSyncBackend implements SyncBackend {
   }
 }
 
+/**
+ * The most callers one KV sync carries: each costs a `list`, and a thousand of them took more than a
+ * second on a saturated machine (two `deno serve --parallel` workers on one file).
+ */
+export const KV_SYNC_CALLERS = 100;
+
 /** Callers written by one atomic operation (each value is at most 64 KiB; the whole, 800 KiB). */
 export const KV_WRITE_BATCH = 10;
 
@@ -142,6 +148,11 @@ export class KvSyncBackend implements SyncBackend {
   /** {@inheritDoc SyncBackend.roundTrips} */
   get roundTrips(): number {
     return this.#roundTrips;
+  }
+
+  /** {@inheritDoc SyncBackend.maxCallers} */
+  get maxCallers(): number {
+    return KV_SYNC_CALLERS;
   }
 
   /**
