@@ -31,7 +31,10 @@ import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from
 
 /** How one caller's state of this instance is sent to the store. */
 export interface SyncEntry {
-  /** This instance's counted timestamps in the window, ascending (sent whole by stores that replace). */
+  /**
+   * This instance's counted timestamps in the window, ascending, for stores that replace it whole;
+   * empty when `fresh` is (nothing to send).
+   */
   log: readonly number[];
   /** Hits not yet acknowledged by the store: timestamp and a member id unique to this instance. */
   fresh: ReadonlyArray<readonly [time: number, member: string]>;
@@ -114,15 +117,17 @@ export interface LocalFirstStats {
 interface Caller {
   /** This instance's counted timestamps, ascending. */
   log: number[];
-  /** The member id of each timestamp of `log`, at the same index. */
-  members: string[];
+  /** The sequence number of each timestamp of `log`, at the same index (its member id's tail). */
+  members: number[];
   /** The other instances' counted timestamps as last synced, ascending. */
   others: number[];
   /** Hits not yet acknowledged by the store. */
-  fresh: Array<[number, string]>;
+  fresh: Array<[time: number, sequence: number]>;
   /** The newest request of this caller seen here (admitted or not). */
   seen: number;
 }
+
+const NOTHING: readonly number[] = Object.freeze([]);
 
 /** The most callers one sync sends by default; the others go first in the next sync. */
 export const MAX_SYNC_CALLERS = 1000;
@@ -210,9 +215,10 @@ export class LocalFirstStore implements RateLimitStore {
     const caller = this.#caller(key, now);
     const decision = this.#decision(caller, now);
     if (decision.allowed) {
-      const member = `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`;
-      insertInOrder(caller, now, member);
-      caller.fresh.push([now, member]);
+      // The member id is built when the hit is sent: a number here costs no string per request.
+      const sequence = this.#sequence++;
+      insertInOrder(caller, now, sequence);
+      caller.fresh.push([now, sequence]);
     }
     return decision;
   }
@@ -345,9 +351,10 @@ export class LocalFirstStore implements RateLimitStore {
       // After an outage the store may have lost what it had (a Redis restarted empty): send the
       // whole log, whose member ids make it idempotent where nothing was lost.
       const fresh = this.#down === undefined
-        ? caller.fresh.slice()
-        : caller.log.map((t, i) => [t, caller.members[i]!] as [number, string]);
-      callers.set(key, { log: caller.log.slice(), fresh });
+        ? caller.fresh.map(([t, sequence]) => this.#member(t, sequence))
+        : caller.log.map((t, i) => this.#member(t, caller.members[i]!));
+      // Only a caller with something to send needs its log copied (stores that replace it whole).
+      callers.set(key, { log: fresh.length > 0 ? caller.log.slice() : NOTHING, fresh });
     }
     for (const key of idle) this.#callers.delete(key);
     if (callers.size >= limit) {
@@ -359,6 +366,11 @@ export class LocalFirstStore implements RateLimitStore {
       }
     }
     return { now, instance: this.#instance, callers };
+  }
+
+  /** The member id of a hit in the store: unique per instance and request, the same on a resend. */
+  #member(t: number, sequence: number): [number, string] {
+    return [t, `${t}:${this.#instance}:${sequence.toString(36)}`];
   }
 
   #failed(now: number, error: unknown): void {
@@ -428,10 +440,15 @@ function oldestOf(caller: Caller): number | undefined {
   return theirs === undefined ? mine : Math.min(mine, theirs);
 }
 
-/** Inserts `t` and its member in order: a clock that stepped back makes `t` not the newest. */
-function insertInOrder(caller: Caller, t: number, member: string): void {
+/** Inserts `t` and its sequence in order: a clock that stepped back makes `t` not the newest. */
+function insertInOrder(caller: Caller, t: number, sequence: number): void {
   let i = caller.log.length;
+  if (i === 0 || caller.log[i - 1]! <= t) {
+    caller.log.push(t);
+    caller.members.push(sequence);
+    return;
+  }
   while (i > 0 && caller.log[i - 1]! > t) i--;
   caller.log.splice(i, 0, t);
-  caller.members.splice(i, 0, member);
+  caller.members.splice(i, 0, sequence);
 }
