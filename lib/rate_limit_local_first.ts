@@ -129,6 +129,12 @@ interface Caller {
 
 const NOTHING: readonly number[] = Object.freeze([]);
 
+/**
+ * The most callers with nothing new that one sync refreshes (the others' counts only); the rest wait
+ * their turn, least recently synced first.
+ */
+export const MAX_QUIET_CALLERS = 100;
+
 /** The most callers one sync sends by default; the others go first in the next sync. */
 export const MAX_SYNC_CALLERS = 1000;
 
@@ -338,7 +344,9 @@ export class LocalFirstStore implements RateLimitStore {
     const cutoff = now - this.#policy.windowMs;
     const callers = new Map<string, SyncEntry>();
     const limit = this.#backend.maxCallers ?? MAX_SYNC_CALLERS;
+    const quiet: string[] = [];
     const idle: string[] = [];
+    let left = false;
     for (const [key, caller] of this.#callers) {
       // Hits older than the window no longer matter to anyone.
       while (caller.fresh.length > 0 && caller.fresh[0]![0] <= cutoff) caller.fresh.shift();
@@ -346,18 +354,22 @@ export class LocalFirstStore implements RateLimitStore {
         idle.push(key);
         continue;
       }
-      if (callers.size >= limit) continue;
       expire(caller, cutoff);
-      // After an outage the store may have lost what it had (a Redis restarted empty): send the
-      // whole log, whose member ids make it idempotent where nothing was lost.
-      const fresh = this.#down === undefined
-        ? caller.fresh.map(([t, sequence]) => this.#member(t, sequence))
-        : caller.log.map((t, i) => this.#member(t, caller.members[i]!));
-      // Only a caller with something to send needs its log copied (stores that replace it whole).
-      callers.set(key, { log: fresh.length > 0 ? caller.log.slice() : NOTHING, fresh });
+      // After an outage the store may have lost what it had (a Redis restarted empty): every log
+      // is sent whole, and member ids make that idempotent where nothing was lost.
+      const news = this.#down === undefined ? caller.fresh.length > 0 : caller.log.length > 0;
+      if (!news) quiet.push(key);
+      else if (callers.size < limit) callers.set(key, this.#entry(caller));
+      else left = true;
     }
     for (const key of idle) this.#callers.delete(key);
-    if (callers.size >= limit) {
+    // Callers with nothing new are refreshed with what room is left, a bounded number per sync, so
+    // a sync's work follows the request rate rather than the number of callers tracked.
+    const room = Math.min(limit - callers.size, MAX_QUIET_CALLERS);
+    for (const key of quiet.slice(0, Math.max(0, room))) {
+      callers.set(key, this.#entry(this.#callers.get(key)!));
+    }
+    if (left || quiet.length > room) {
       // Some callers waited: the ones sent now go to the back, so the next sync takes the others.
       for (const key of callers.keys()) {
         const caller = this.#callers.get(key)!;
@@ -366,6 +378,14 @@ export class LocalFirstStore implements RateLimitStore {
       }
     }
     return { now, instance: this.#instance, callers };
+  }
+
+  #entry(caller: Caller): SyncEntry {
+    const fresh = this.#down === undefined
+      ? caller.fresh.map(([t, sequence]) => this.#member(t, sequence))
+      : caller.log.map((t, i) => this.#member(t, caller.members[i]!));
+    // Only a caller with something to send needs its log copied (stores that replace it whole).
+    return { log: fresh.length > 0 ? caller.log.slice() : NOTHING, fresh };
   }
 
   /** The member id of a hit in the store: unique per instance and request, the same on a resend. */

@@ -16,6 +16,7 @@ import fc from "fast-check";
 import { type Decision, MemoryStore, type RateLimitPolicy } from "../lib/rate_limit.ts";
 import {
   LocalFirstStore,
+  MAX_QUIET_CALLERS,
   MAX_SYNC_CALLERS,
   overshootBound,
   type SyncBackend,
@@ -361,4 +362,30 @@ Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers l
   assert.equal(first!.callers.has(left), false);
   assert.equal(second!.callers.has(left), true, "the caller left out goes first next time");
   assert.equal(second!.callers.get(left)!.fresh.length, 1);
+});
+
+Deno.test("local-first sends every caller with new hits but refreshes at most MAX_QUIET_CALLERS quiet ones per sync, in turn", async () => {
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => 1000,
+  });
+  const quiet = 2 * MAX_QUIET_CALLERS + 50;
+  for (let i = 0; i < quiet; i++) store.hit(`q${i}`, 1000);
+  await store.sync(); // every caller has a new hit: all are sent
+  assert.equal(backend.received[0]!.callers.size, quiet);
+  store.hit("busy", 1000);
+  const refreshed = new Set<string>();
+  for (let round = 0; round < 3; round++) {
+    await store.sync();
+    const batch = backend.received.at(-1)!;
+    // In the first round "busy" has a new hit; later it is one more quiet caller taking its turn.
+    assert.equal(batch.callers.size, MAX_QUIET_CALLERS + (round === 0 ? 1 : 0));
+    if (round === 0) assert.ok(batch.callers.has("busy"), "a caller with a new hit is always sent");
+    for (const key of batch.callers.keys()) if (key.startsWith("q")) refreshed.add(key);
+  }
+  assert.equal(refreshed.size, quiet, "the quiet callers take turns: none is left out");
 });
