@@ -20,9 +20,24 @@ export interface LatencyProxy extends AsyncDisposable {
  * Starts a proxy to `127.0.0.1:<targetPort>` that delays each direction by `delayMs`.
  *
  * @example
- * ```ts ignore
- * await using proxy = startLatencyProxy(6379, 40); // an 80 ms round trip
- * const url = `redis://127.0.0.1:${proxy.port}`;
+ * ```ts
+ * import assert from "node:assert/strict";
+ * // An echo server on loopback stands for the store.
+ * const echo = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+ * const echoed = (async () => {
+ *   const conn = await echo.accept();
+ *   await conn.readable.pipeTo(conn.writable).catch(() => {});
+ * })();
+ * const proxy = startLatencyProxy(echo.addr.port, 20); // a round trip of at least 40 ms
+ * const client = await Deno.connect({ hostname: "127.0.0.1", port: proxy.port });
+ * const started = performance.now();
+ * await client.write(new Uint8Array([1]));
+ * assert.equal(await client.read(new Uint8Array(1)), 1);
+ * assert.ok(performance.now() - started >= 39, "each direction waited 20 ms");
+ * client.close();
+ * await proxy.close();
+ * await echoed;
+ * echo.close();
  * ```
  */
 export function startLatencyProxy(targetPort: number, delayMs: number): LatencyProxy {

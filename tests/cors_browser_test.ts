@@ -17,8 +17,8 @@
 
 import assert from "node:assert/strict";
 import { type Browser, chromium } from "playwright-core";
-import { createHandler } from "../lib/app.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { createHandler } from "../lib/handler.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 import { testConfig, testContent } from "./_server.ts";
 
 const CHROMIUM = "/usr/bin/chromium";

@@ -26,10 +26,10 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import axe from "axe-core";
 import { type Browser, chromium, type Page } from "playwright-core";
-import { createHandler, type Handler } from "../lib/app.ts";
+import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { loadContent } from "../lib/pages/content.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const LAUNCH_ARGS = [

@@ -15,11 +15,12 @@
  */
 // deno-lint-ignore-file no-console
 
-import { createHandler } from "../../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { denoEnv, loadConfig } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
-import { sendableBody } from "../../lib/response_cache.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { policyOf } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 
 const loaded = loadConfig(denoEnv());
@@ -27,10 +28,7 @@ if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
 const contentResult = loadContent(config);
 if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
-const store = new MemoryStore({
-  limit: config.rateLimit,
-  windowMs: config.rateLimitWindowSeconds * 1000,
-}, { sweep: false });
+const store = new MemoryStore(policyOf(config), { sweep: false });
 const handler = createHandler({ config, content: contentResult.content, store });
 const peer = { remoteAddr: { hostname: "127.0.0.1" } };
 

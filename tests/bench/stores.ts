@@ -18,9 +18,9 @@
 // deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
-import type { RateLimitPolicy, RateLimitStore } from "../../lib/rate_limit.ts";
-import { KvStore } from "../../lib/rate_limit_kv.ts";
-import { openRedisStore } from "../../lib/rate_limit_redis.ts";
+import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
+import { KvStore } from "../../lib/limit/kv.ts";
+import { openRedisStore } from "../../lib/limit/redis.ts";
 import { freePort, startRedis, type TestRedis, waitForPort } from "../_redis.ts";
 
 const { values } = parseArgs({

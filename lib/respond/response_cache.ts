@@ -1,0 +1,164 @@
+/**
+ * Prebuilt responses per rate-limit state, cloned per request.
+ *
+ * Building a `Response` with fifteen header fields costs more in Deno than everything else the
+ * service does for a request, and cloning a prebuilt one is the cheapest way to answer with a
+ * constant status, body and field set. Only the rate-limit fields change between requests, and they
+ * take few values (a caller's first request always sees the same ones), so the handler answers from
+ * a bounded cache keyed by the response's template and the decision's remaining, reset and allowed.
+ * A miss builds the response once, keeps it and answers its clone; the cache starts again when full,
+ * so that callers cannot grow memory without limit.
+ *
+ * @module
+ */
+
+import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/decision.ts";
+import type { HeaderField } from "../http/message.ts";
+
+/** A response without its rate-limit fields: status, body and the fields that never change. */
+export interface ResponseTemplate {
+  /** HTTP status. */
+  readonly status: number;
+  /**
+   * The body, or `null` (HEAD, 204, 304). Text is best given as a string: Deno clones and sends a
+   * string body faster than the same bytes (see {@linkcode sendableBody}).
+   */
+  readonly body: Uint8Array<ArrayBuffer> | string | null;
+  /** The fields, in the order they are sent, before the rate-limit fields. */
+  readonly fields: readonly HeaderField[];
+}
+
+/** Options of {@linkcode createResponseCache}. */
+export interface ResponseCacheOptions {
+  /** Most responses kept at once, over every template (default 4096). */
+  maxEntries?: number;
+}
+
+/** Counters of a response cache, for tests and benchmarks. */
+export interface ResponseCacheStats {
+  /** Responses kept now. */
+  entries: number;
+  /** Requests answered from a kept response. */
+  hits: number;
+  /** Requests that built their response. */
+  misses: number;
+}
+
+/** A cache of prebuilt responses: `respond` answers a template with a decision's fields. */
+export interface ResponseCache {
+  /** A fresh `Response` of `template` carrying the rate-limit fields of `decision`. */
+  respond(template: ResponseTemplate, decision: Decision): Response;
+  /** The number of kept responses, hits and misses. */
+  stats(): ResponseCacheStats;
+}
+
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * The body to keep in a template: the text of an unencoded UTF-8 body (Deno's `clone()` copies a
+ * byte body through a structured clone and sends a string body by a faster op; the bytes on the wire
+ * are the same), otherwise the bytes as they are.
+ *
+ * @param encoded whether the body has a content coding (gzip, br): then it is never text
+ */
+export function sendableBody(
+  body: Uint8Array<ArrayBuffer>,
+  encoded: boolean,
+): Uint8Array<ArrayBuffer> | string {
+  if (encoded) return body;
+  try {
+    const text = STRICT_UTF8.decode(body);
+    // Only if encoding the text gives back these very bytes.
+    return new TextEncoder().encode(text).length === body.length ? text : body;
+  } catch {
+    return body;
+  }
+}
+
+/**
+ * Builds the response of `template` with the fields of `decision` (none when `undefined`), without
+ * any cache: the reference that cached responses must equal.
+ */
+export function buildResponse(
+  template: ResponseTemplate,
+  decision: Decision | undefined,
+  constants: RateLimitConstants,
+): Response {
+  const fields = decision
+    ? [...template.fields, ...rateLimitFields(decision, constants)]
+    : template.fields;
+  return new Response(template.body, {
+    status: template.status,
+    headers: fields as [string, string][],
+  });
+}
+
+/** Remaining values up to 1,000,000 (the largest RATE_LIMIT) are below 2^20. */
+const REMAINING_SPAN = 2 ** 20;
+/** Reset values up to 86,400 (the longest window) are below 2^17. */
+const RESET_SPAN = 2 ** 17;
+
+function keyable(value: number, span: number): boolean {
+  return Number.isInteger(value) && value >= 0 && value < span;
+}
+
+/**
+ * Creates a bounded cache of prebuilt responses.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const cache = createResponseCache({ policy: '"default";q=60;w=60', limit: "60" });
+ * const template = { status: 200, body: "{}", fields: [["content-type", "application/json"]] } as const;
+ * const decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+ * cache.respond(template, decision); // built, kept, cloned
+ * const response = cache.respond(template, decision); // cloned
+ * assert.equal(response.headers.get("ratelimit-remaining"), "59");
+ * assert.equal(await response.text(), "{}");
+ * assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 1 });
+ * ```
+ */
+export function createResponseCache(
+  constants: RateLimitConstants,
+  options: ResponseCacheOptions = {},
+): ResponseCache {
+  const maxEntries = options.maxEntries ?? 4096;
+  // One map per template, found by identity; each maps a number made of the decision's values.
+  let byTemplate = new Map<ResponseTemplate, Map<number, Response>>();
+  let entries = 0;
+  let hits = 0;
+  let misses = 0;
+
+  return {
+    respond(template, decision) {
+      const { remaining, resetSeconds } = decision;
+      if (!(keyable(remaining, REMAINING_SPAN) && keyable(resetSeconds, RESET_SPAN))) {
+        misses++;
+        return buildResponse(template, decision, constants); // outside the key's exact range
+      }
+      // Collision-free: every (remaining, reset, allowed) in range has its own number below 2^38.
+      const key = (remaining * RESET_SPAN + resetSeconds) * 2 + (decision.allowed ? 1 : 0);
+      let kept = byTemplate.get(template);
+      const cached = kept?.get(key);
+      if (cached !== undefined) {
+        hits++;
+        return cached.clone();
+      }
+      misses++;
+      const response = buildResponse(template, decision, constants);
+      if (entries >= maxEntries) {
+        byTemplate = new Map();
+        entries = 0;
+        kept = undefined;
+      }
+      if (kept === undefined) {
+        kept = new Map();
+        byTemplate.set(template, kept);
+      }
+      kept.set(key, response);
+      entries++;
+      return response.clone();
+    },
+    stats: () => ({ entries, hits, misses }),
+  };
+}
