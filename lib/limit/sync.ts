@@ -125,7 +125,30 @@ export const KV_WRITE_BATCH = 10;
 /** Extra life of an entry past the window, so that clean-up never races a sync. */
 const EXPIRY_GRACE_MS = 1000;
 
-/** The Deno KV sync backend. */
+/**
+ * The Deno KV sync backend.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { LocalFirstStore } from "./local_first.ts";
+ * // Two instances share one database; each decides locally (the syncs are run by hand here).
+ * const kv = await Deno.openKv(":memory:");
+ * const policy = { limit: 2, windowMs: 60_000 };
+ * const options = { syncMs: 50, syncTimeoutMs: 1000, autoSync: false, clock: () => 1000 };
+ * const a = new LocalFirstStore(new KvSyncBackend(kv, policy.windowMs), policy, options);
+ * const b = new LocalFirstStore(new KvSyncBackend(kv, policy.windowMs), policy, options);
+ * assert.equal(b.hit("192.0.2.1", 1000).allowed, true);
+ * assert.equal(a.hit("192.0.2.1", 1000).allowed, true);
+ * // a's sync writes its hit; b's writes its own and reads a's: the caller's limit of 2 is spent.
+ * await a.sync();
+ * await b.sync();
+ * assert.equal(b.hit("192.0.2.1", 1000).allowed, false);
+ * await a.close();
+ * await b.close();
+ * kv.close();
+ * ```
+ */
 export class KvSyncBackend implements SyncBackend {
   readonly #kv: Deno.Kv;
   readonly #windowMs: number;
