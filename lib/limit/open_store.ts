@@ -57,9 +57,14 @@ export interface OpenStoreOptions {
  */
 export const MIN_SYNC_TIMEOUT_MS = 5000;
 
+/** The shortest wait for Redis's first connection at start-up, in ms: it returns either way. */
+export const MIN_REDIS_CONNECT_WAIT_MS = 1000;
+
 /**
  * Opens the configured store. A shared store that is unreachable at start-up does not stop the
- * service: its calls fail, the failure policy answers, and limiting resumes when the store is back.
+ * service: in `exact` its calls fail, the failure policy answers, and limiting resumes when the
+ * store is back; in `local-first` its syncs fail, each instance limits by its own log meanwhile,
+ * and the first sync that succeeds reconciles the counts.
  */
 export async function openRateLimitStore(
   config: StoreSettings,
@@ -81,7 +86,7 @@ export async function openRateLimitStore(
     const { openRedisStore } = await import("./redis.ts");
     // The URL is required by loadConfig whenever the store is redis.
     store = await openRedisStore(config.redisUrl!, policy, {
-      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, 1000),
+      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     });
   }
   return new GuardedStore(store, {
@@ -111,7 +116,7 @@ async function openLocalFirst(
     ]);
     // The URL is required by loadConfig whenever the store is redis.
     const client = await openRedisStoreClient(config.redisUrl!, {
-      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, 1000),
+      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     });
     backend = new RedisSyncBackend(client, policy.windowMs, { ownsClient: true });
   }
