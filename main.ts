@@ -101,6 +101,16 @@ const store = await openRateLimitStore(config, {
         store: config.rateLimitStore,
         ...incident,
       }),
+  onSyncIncident: (incident) =>
+    incident.kind === "unsynced"
+      ? event("warn", "rate-limit sync failing: each instance limits by its own log meanwhile", {
+        store: config.rateLimitStore,
+        ...incident,
+      })
+      : event("info", "rate-limit sync recovered: the instances' counts are reconciled", {
+        store: config.rateLimitStore,
+        ...incident,
+      }),
 }).catch((error) =>
   fatalSentence(
     config.rateLimitStore === "kv"

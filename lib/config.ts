@@ -80,6 +80,8 @@ export const ENV_NAMES = [
   "REDIS_URL",
   "RATE_LIMIT_STORE_TIMEOUT_MS",
   "RATE_LIMIT_ON_STORE_ERROR",
+  "RATE_LIMIT_CONSISTENCY",
+  "RATE_LIMIT_SYNC_MS",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
   "DEPRECATION_DATE",
@@ -238,6 +240,22 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     redisUrl,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
+    ...consistencySettings(reader),
+  };
+}
+
+/** `RATE_LIMIT_CONSISTENCY` and `RATE_LIMIT_SYNC_MS`: how a shared store decides, how often it syncs. */
+function consistencySettings(
+  { read, int, errors }: Reader,
+): Pick<StoreSettings, "rateLimitConsistency" | "rateLimitSyncMs"> {
+  return {
+    rateLimitConsistency: oneOf(
+      read("RATE_LIMIT_CONSISTENCY"),
+      ["exact", "local-first"] as const,
+      "RATE_LIMIT_CONSISTENCY",
+      errors,
+    ),
+    rateLimitSyncMs: int("RATE_LIMIT_SYNC_MS", 50, { min: 1, max: 60_000 }),
   };
 }
 

@@ -5,15 +5,29 @@
  * {@linkcode GuardedStore} wraps any store. A call that fails or takes longer than `timeoutMs` is
  * answered by the policy: `open` admits (uncounted), `closed` refuses with a 429 whose code is
  * `rate_limit_unavailable`. Either way nothing is thrown, so the handler never answers 5xx because of
- * the store. After a failure the store is left alone for `probeIntervalMs`; then one request probes it
- * while the others are still answered by the policy, and the first success ends the incident. An
- * incident is reported twice to the injected logger, when it starts and when it ends, however many
- * requests it spans.
+ * the store. One failed or slow call answers only its own request: a {@linkcode CircuitBreaker}
+ * switches the instance to the policy when failures are sustained (by default 5 or more, and half or
+ * more of the last 20 calls within 10 s). Then the store is left alone for `probeIntervalMs`; one
+ * request probes it while the others are still answered by the policy, and the first success ends
+ * the incident. An incident is reported twice to the injected logger, when it starts and when it
+ * ends, however many requests it spans.
+ *
+ * The timeout times the store's answer, not the event loop's queue: a timer that fires more than
+ * {@linkcode LOOP_LAG_TOLERANCE_MS} late found the loop busy, and an answer that arrived meanwhile
+ * may be waiting unread, so the call gets another `timeoutMs` (at most {@linkcode MAX_EXTENSIONS}
+ * times) before it counts as timed out.
  *
  * @module
  */
 
+import { CircuitBreaker, type CircuitBreakerOptions } from "./circuit_breaker.ts";
 import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
+
+/** How late a timeout's timer may fire before the loop counts as busy, in ms. */
+export const LOOP_LAG_TOLERANCE_MS = 10;
+
+/** How many times a call's deadline is extended because the loop was busy when it expired. */
+export const MAX_EXTENSIONS = 3;
 
 /** What to do when the store cannot decide: admit (`open`) or refuse (`closed`). */
 export type StoreFailurePolicy = "open" | "closed";
@@ -51,6 +65,8 @@ export interface GuardOptions {
   probeIntervalMs?: number;
   /** Clock for the probe interval and incident durations; defaults to `Date.now`. */
   clock?: () => number;
+  /** When to trip (the window of calls and the failure rate); see {@linkcode CircuitBreaker}. */
+  breaker?: Omit<CircuitBreakerOptions, "probeIntervalMs" | "clock">;
 }
 
 /** Raised (and caught by the guard) when a store call outlives `timeoutMs`. */
@@ -64,8 +80,6 @@ export class StoreTimeoutError extends Error {
 
 interface Incident {
   since: number;
-  retryAt: number;
-  probing: boolean;
   answered: number;
 }
 
@@ -88,9 +102,12 @@ interface Incident {
  *   onError: "open",
  *   onIncident: (incident) => incidents.push(incident),
  * });
- * // Open: admitted, nothing counted, and the incident reported once.
+ * // Open: admitted, nothing counted. One failed call answers only its own request...
  * assert.equal((await store.hit("192.0.2.1", 0)).allowed, true);
- * assert.equal(incidents[0]?.kind, "unavailable");
+ * assert.equal(incidents.length, 0);
+ * // ...five in a row trip the breaker, and the incident is reported once.
+ * for (let i = 0; i < 4; i++) await store.hit("192.0.2.1", 0);
+ * assert.deepEqual(incidents.map((incident) => incident.kind), ["unavailable"]);
  * await store.close();
  * ```
  */
@@ -100,6 +117,8 @@ export class GuardedStore implements RateLimitStore {
   readonly #onIncident: ((incident: StoreIncident) => void) | undefined;
   readonly #probeIntervalMs: number;
   readonly #clock: () => number;
+  readonly #breaker: CircuitBreaker;
+  #lone = 0;
   readonly #hitFallback: Decision;
   readonly #peekFallback: Decision;
   #incident: Incident | undefined;
@@ -113,6 +132,11 @@ export class GuardedStore implements RateLimitStore {
     this.#onIncident = options.onIncident;
     this.#probeIntervalMs = options.probeIntervalMs ?? 1000;
     this.#clock = options.clock ?? Date.now;
+    this.#breaker = new CircuitBreaker({
+      ...options.breaker,
+      probeIntervalMs: this.#probeIntervalMs,
+      clock: this.#clock,
+    });
     const { limit, windowMs } = options.policy;
     if (options.onError === "open") {
       // Admitted without counting: answer as a fresh window would, so the headers stay plausible
@@ -130,6 +154,11 @@ export class GuardedStore implements RateLimitStore {
   /** Whether the store is answering (no incident under way). */
   get healthy(): boolean {
     return this.#incident === undefined;
+  }
+
+  /** Requests answered by the policy because their own call failed, outside any incident. */
+  get answeredAlone(): number {
+    return this.#lone;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
@@ -151,13 +180,9 @@ export class GuardedStore implements RateLimitStore {
     call: () => Decision | Promise<Decision>,
     fallback: Decision,
   ): Decision | Promise<Decision> {
-    const incident = this.#incident;
-    if (incident !== undefined) {
-      if (incident.probing || this.#clock() < incident.retryAt) {
-        incident.answered++;
-        return fallback;
-      }
-      incident.probing = true;
+    if (!this.#breaker.allow()) {
+      this.#incident!.answered++;
+      return fallback;
     }
     let result: Decision | Promise<Decision>;
     try {
@@ -183,29 +208,41 @@ export class GuardedStore implements RateLimitStore {
   }
 
   #bounded(result: Promise<Decision>): Promise<Decision> {
+    const timeoutMs = this.#timeoutMs;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new StoreTimeoutError(this.#timeoutMs)), this.#timeoutMs);
+      let due = performance.now() + timeoutMs;
+      let extensions = 0;
+      const expire = () => {
+        const now = performance.now();
+        if (now - due > LOOP_LAG_TOLERANCE_MS && extensions < MAX_EXTENSIONS) {
+          // The loop was busy: the answer may be read in the next turn. Time it again from here.
+          extensions++;
+          due = now + timeoutMs;
+          timer = setTimeout(expire, timeoutMs);
+          return;
+        }
+        reject(new StoreTimeoutError(timeoutMs));
+      };
+      timer = setTimeout(expire, timeoutMs);
     });
     // `race` also observes a late rejection of `result`, so it never becomes unhandled.
     return Promise.race([result, timeout]).finally(() => clearTimeout(timer));
   }
 
   #failed(error: unknown): void {
-    const now = this.#clock();
     const incident = this.#incident;
+    const transition = this.#breaker.failure();
     if (incident !== undefined) {
       incident.answered++;
-      incident.probing = false;
-      incident.retryAt = now + this.#probeIntervalMs;
       return;
     }
-    this.#incident = {
-      since: now,
-      retryAt: now + this.#probeIntervalMs,
-      probing: false,
-      answered: 1,
-    };
+    if (transition !== "tripped") {
+      // One failure is not an outage: only this request was answered by the policy.
+      this.#lone++;
+      return;
+    }
+    this.#incident = { since: this.#clock(), answered: 1 };
     this.#onIncident?.({
       kind: "unavailable",
       policy: this.#policy,
@@ -214,6 +251,7 @@ export class GuardedStore implements RateLimitStore {
   }
 
   #succeeded(): void {
+    this.#breaker.success();
     const incident = this.#incident;
     if (incident === undefined) return;
     this.#incident = undefined;

@@ -192,14 +192,13 @@ export function createRedisClient(url: string, options: RedisClientOptions = {})
 }
 
 /**
- * Connects to `url` and builds a store that closes the client with itself. Waits for the first
- * connection at most `connectWaitMs` (default 2000) and returns either way.
+ * Connects to `url` and returns the client once it is ready, or after `connectWaitMs` (default 2000)
+ * either way: a Redis that is down at start-up is an outage like any other.
  */
-export async function openRedisStore(
+export async function openRedisStoreClient(
   url: string,
-  policy: RateLimitPolicy,
-  options: RedisStoreOptions & RedisClientOptions & { connectWaitMs?: number } = {},
-): Promise<RedisStore> {
+  options: RedisClientOptions & { connectWaitMs?: number } = {},
+): Promise<RedisStoreClient> {
   const client = createRedisClient(url, options);
   const ready = new Promise<void>((resolve) => {
     if (client.isReady) resolve();
@@ -211,5 +210,18 @@ export async function openRedisStore(
   });
   await Promise.race([ready, waited]);
   clearTimeout(timer);
+  return client;
+}
+
+/**
+ * Connects to `url` and builds a store that closes the client with itself. Waits for the first
+ * connection at most `connectWaitMs` (default 2000) and returns either way.
+ */
+export async function openRedisStore(
+  url: string,
+  policy: RateLimitPolicy,
+  options: RedisStoreOptions & RedisClientOptions & { connectWaitMs?: number } = {},
+): Promise<RedisStore> {
+  const client = await openRedisStoreClient(url, options);
   return new RedisStore(client, policy, { ...options, ownsClient: true });
 }

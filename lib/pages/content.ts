@@ -98,7 +98,34 @@ export function placeholders(config: Config): Record<string, string> {
     support_email: config.supportEmail,
     rate_limit: String(config.rateLimit),
     rate_limit_window: String(config.rateLimitWindowSeconds),
+    rate_limit_accuracy: rateLimitAccuracy(config),
   };
+}
+
+/**
+ * How exact the limit is, in the words the API description uses: exact, unless a shared store runs
+ * `local-first`, where instances share their counts in the background.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   rateLimitAccuracy({ rateLimitStore: "redis", rateLimitConsistency: "exact" }),
+ *   "exact sliding window",
+ * );
+ * assert.match(
+ *   rateLimitAccuracy({ rateLimitStore: "kv", rateLimitConsistency: "local-first" }),
+ *   /a few requests more than the limit/,
+ * );
+ * ```
+ */
+export function rateLimitAccuracy(
+  config: Pick<Config, "rateLimitStore" | "rateLimitConsistency">,
+): string {
+  if (config.rateLimitStore === "memory" || config.rateLimitConsistency === "exact") {
+    return "exact sliding window";
+  }
+  return "sliding window shared between the service's instances in the background, so a caller may briefly get a few requests more than the limit";
 }
 
 /**

@@ -22,6 +22,13 @@ export type RawEnv = (name: string) => string | undefined;
  */
 export const DEPLOY_STORE_TIMEOUT_MS = 1000;
 
+/**
+ * The consistency on Deno Deploy: `local-first`. With KV's primary one or two regions away, an
+ * exact decision makes every request wait 180 to 400 ms; local-first answers at once and syncs in
+ * the background, at the cost of a bounded overshoot (see `lib/limit/local_first.ts`).
+ */
+export const DEPLOY_CONSISTENCY = "local-first";
+
 /** The result of {@linkcode deployEnv}: the environment to configure from, or why it cannot be. */
 export interface DeployEnv {
   /** The environment with the platform's defaults beneath what the operator set. */
@@ -80,7 +87,8 @@ export function deployUrl(read: RawEnv): string | undefined {
  * The environment the service configures itself from. Off Deno Deploy it is `read` as it is. On
  * Deploy: `PORT` and `HOSTNAME` are not read (the platform chooses the address); an unset
  * `PUBLIC_BASE_URL` is the timeline's documented URL, or start-up stops when it cannot be derived;
- * `RATE_LIMIT_STORE_TIMEOUT_MS` defaults to {@linkcode DEPLOY_STORE_TIMEOUT_MS}.
+ * `RATE_LIMIT_STORE_TIMEOUT_MS` defaults to {@linkcode DEPLOY_STORE_TIMEOUT_MS} and
+ * `RATE_LIMIT_CONSISTENCY` to {@linkcode DEPLOY_CONSISTENCY}.
  *
  * @example
  * ```ts
@@ -97,6 +105,7 @@ export function deployUrl(read: RawEnv): string | undefined {
  * assert.equal(result.env("PUBLIC_BASE_URL"), "https://discovery.acme.deno.net");
  * assert.equal(result.env("PORT"), undefined);
  * assert.equal(result.env("RATE_LIMIT_STORE_TIMEOUT_MS"), "1000");
+ * assert.equal(result.env("RATE_LIMIT_CONSISTENCY"), "local-first");
  * ```
  */
 export function deployEnv(read: RawEnv): DeployEnv {
@@ -107,6 +116,7 @@ export function deployEnv(read: RawEnv): DeployEnv {
   };
   const defaults: Partial<Record<EnvName, string>> = {
     RATE_LIMIT_STORE_TIMEOUT_MS: String(DEPLOY_STORE_TIMEOUT_MS),
+    RATE_LIMIT_CONSISTENCY: DEPLOY_CONSISTENCY,
   };
   const result: DeployEnv = { env: read, errors: [] };
   if (set("PUBLIC_BASE_URL") === undefined) {

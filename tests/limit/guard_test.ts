@@ -11,6 +11,9 @@ import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import type { Decision, RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
+import { BREAKER_DEFAULTS } from "../../lib/limit/circuit_breaker.ts";
+import { openRedisStore } from "../../lib/limit/redis.ts";
+import { redisUnavailableReason, startRedis } from "../_redis.ts";
 import {
   GuardedStore,
   type StoreFailurePolicy,
@@ -47,7 +50,11 @@ class SwitchableStore implements RateLimitStore {
   }
 }
 
-function guarded(onError: StoreFailurePolicy, timeoutMs = 1000) {
+function guarded(
+  onError: StoreFailurePolicy,
+  timeoutMs = 1000,
+  breaker: { minFailures?: number } = { minFailures: 1 },
+) {
   const store = new SwitchableStore();
   const incidents: StoreIncident[] = [];
   let clock = 1_000_000;
@@ -58,6 +65,8 @@ function guarded(onError: StoreFailurePolicy, timeoutMs = 1000) {
     onIncident: (incident) => incidents.push(incident),
     probeIntervalMs: 1000,
     clock: () => clock,
+    // Most tests follow one incident from its first failure; the default window is tested below.
+    breaker,
   });
   return { store, guard, incidents, advance: (ms: number) => (clock += ms) };
 }
@@ -147,6 +156,78 @@ Deno.test("guard recovers by itself when the store answers again", async () => {
   assert.deepEqual(incidents.at(-1), { kind: "recovered", downMs: 1500, answeredByPolicy: 6 });
   assert.deepEqual(await guard.hit("a", 0), ANSWER);
   assert.equal(incidents.length, 2);
+});
+
+Deno.test("guard answers one slow call by the policy without switching the instance to it", async () => {
+  const { store, guard, incidents } = guarded("closed", 5, {});
+  store.mode = "hang";
+  assert.equal((await guard.hit("a", 0)).unavailable, true, "the slow call's own request");
+  store.mode = "answer";
+  assert.deepEqual(await guard.hit("b", 0), ANSWER, "the next request reaches the store");
+  assert.equal(store.calls, 2);
+  assert.deepEqual(incidents, []);
+  assert.equal(guard.healthy, true);
+  assert.equal(guard.answeredAlone, 1);
+});
+
+Deno.test("guard trips after sustained failures over its window of calls, not before", async () => {
+  const { store, guard, incidents } = guarded("open", 1000, {});
+  store.mode = "fail";
+  for (let i = 1; i < BREAKER_DEFAULTS.minFailures; i++) await guard.hit("a", 0);
+  assert.equal(store.calls, BREAKER_DEFAULTS.minFailures - 1, "every call still reaches the store");
+  assert.deepEqual(incidents, []);
+  await guard.hit("a", 0);
+  assert.equal(incidents.length, 1, "the failure that makes the rate sustained trips it");
+  await guard.hit("a", 0);
+  assert.equal(store.calls, BREAKER_DEFAULTS.minFailures, "tripped: the store is left alone");
+});
+
+Deno.test("guard does not trip on sporadic failures among successes", async () => {
+  const { store, guard, incidents } = guarded("open", 1000, {});
+  for (let i = 0; i < 100; i++) {
+    // One call in three fails: a third of the window, under the failure ratio.
+    store.mode = i % 3 === 0 ? "fail" : "answer";
+    await guard.hit("a", 0);
+  }
+  assert.equal(store.calls, 100);
+  assert.deepEqual(incidents, []);
+  assert.equal(guard.answeredAlone, 34);
+});
+
+const redisSkip = redisUnavailableReason();
+
+/** Keeps the event loop busy for `ms`: a saturated CPU, not an outage. */
+function busy(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    // Spin.
+  }
+}
+
+Deno.test({
+  name: `guard does not time out a store that answered while the event loop was busy${
+    redisSkip ? ` (skipped: ${redisSkip})` : ""
+  }`,
+  ignore: redisSkip !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    const store = await openRedisStore(redis.url, POLICY);
+    const guard = new GuardedStore(store, { policy: POLICY, timeoutMs: 50, onError: "closed" });
+    try {
+      await guard.hit("warm-up", Date.now());
+      let byPolicy = 0;
+      for (let i = 0; i < 10; i++) {
+        const decision = guard.hit(`busy-${i}`, Date.now());
+        // The handler's other work holds the loop for four timeouts; Redis answers in well under one.
+        busy(200);
+        if ((await decision).unavailable) byPolicy++;
+      }
+      assert.equal(byPolicy, 0, `${byPolicy} of 10 answered by the policy under a busy loop`);
+    } finally {
+      await guard.close();
+      await redis.stop();
+    }
+  },
 });
 
 const { config } = (() => {

@@ -8,7 +8,9 @@
 import assert from "node:assert/strict";
 import { type Env, type EnvName, loadConfig, recordEnv } from "../../lib/config.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
+import { BREAKER_DEFAULTS } from "../../lib/limit/circuit_breaker.ts";
 import { GuardedStore } from "../../lib/limit/guard.ts";
+import { LocalFirstStore } from "../../lib/limit/local_first.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 
 function configOf(env: Partial<Record<EnvName, string>>) {
@@ -24,6 +26,21 @@ Deno.test("the memory store, a 100 ms bound and fail open are the defaults", () 
   assert.equal(config.redisUrl, undefined);
   assert.equal(config.rateLimitStoreTimeoutMs, 100);
   assert.equal(config.rateLimitOnStoreError, "open");
+  assert.equal(config.rateLimitConsistency, "exact");
+  assert.equal(config.rateLimitSyncMs, 50);
+});
+
+Deno.test("RATE_LIMIT_CONSISTENCY and RATE_LIMIT_SYNC_MS are read, and bad values listed", () => {
+  const config = configOf({ RATE_LIMIT_CONSISTENCY: "Local-First", RATE_LIMIT_SYNC_MS: "200" });
+  assert.equal(config.rateLimitConsistency, "local-first");
+  assert.equal(config.rateLimitSyncMs, 200);
+  const result = loadConfig(
+    recordEnv({ RATE_LIMIT_CONSISTENCY: "eventual", RATE_LIMIT_SYNC_MS: "0" }),
+  );
+  assert.deepEqual(result.ok ? [] : result.errors, [
+    'RATE_LIMIT_CONSISTENCY must be exact or local-first, got "eventual"',
+    "RATE_LIMIT_SYNC_MS must be from 1 to 60000, got 0",
+  ]);
 });
 
 Deno.test("store settings are read case-insensitively", () => {
@@ -98,6 +115,33 @@ Deno.test("openRateLimitStore builds a guarded KV store on KV_PATH", async () =>
   }
 });
 
+Deno.test("openRateLimitStore builds a local-first KV store that answers at once and syncs the instances", async () => {
+  const dir = await Deno.makeTempDir();
+  const env = {
+    RATE_LIMIT_STORE: "kv",
+    KV_PATH: `${dir}/limit.sqlite3`,
+    RATE_LIMIT: "3",
+    RATE_LIMIT_CONSISTENCY: "local-first",
+    RATE_LIMIT_SYNC_MS: "10",
+  } as const;
+  const first = await openRateLimitStore(configOf(env));
+  const second = await openRateLimitStore(configOf(env));
+  try {
+    assert.ok(first instanceof LocalFirstStore && second instanceof LocalFirstStore);
+    const now = Date.now();
+    const decisions = [first.hit("a", now), first.hit("a", now)];
+    assert.ok(decisions.every((d) => !(d instanceof Promise)), "no decision waits for the store");
+    await first.sync();
+    second.hit("a", now); // the second instance starts syncing this caller
+    await second.sync();
+    assert.equal((await second.hit("a", now)).allowed, false, "3 admitted across both: the limit");
+  } finally {
+    await first.close();
+    await second.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("openRateLimitStore starts on an unreachable Redis and answers by policy", async () => {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
@@ -113,8 +157,10 @@ Deno.test("openRateLimitStore starts on an unreachable Redis and answers by poli
     { onIncident: (incident) => incidents.push(incident) },
   );
   try {
-    const decision = await store.hit("a", Date.now());
-    assert.equal(decision.unavailable, true);
+    // Every failed call is answered by the policy; the breaker reports the outage once it is sustained.
+    for (let i = 0; i < BREAKER_DEFAULTS.minFailures; i++) {
+      assert.equal((await store.hit("a", Date.now())).unavailable, true);
+    }
     assert.equal(incidents.length, 1);
   } finally {
     await store.close();

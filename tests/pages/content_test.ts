@@ -43,6 +43,23 @@ function load(files: Record<string, string>, env: Parameters<typeof recordEnv>[0
   });
 }
 
+Deno.test("the API description says the limit is exact unless a shared store runs local-first", () => {
+  const descriptionOf = (env: Parameters<typeof recordEnv>[0]) => {
+    const result = loadContent(config(env));
+    if (!result.ok) assert.fail(result.errors.join("\n"));
+    return JSON.parse(result.content.openapi).info.description as string;
+  };
+  assert.match(descriptionOf({}), /IPv6 grouped by \/64\), exact sliding window\./);
+  assert.match(
+    descriptionOf({ RATE_LIMIT_STORE: "kv", RATE_LIMIT_CONSISTENCY: "exact" }),
+    /, exact sliding window\./,
+  );
+  assert.match(
+    descriptionOf({ RATE_LIMIT_STORE: "kv", RATE_LIMIT_CONSISTENCY: "local-first" }),
+    /a caller may briefly get a few requests more than the limit\./,
+  );
+});
+
 Deno.test("loadContent() fills every placeholder of the shipped static files", async () => {
   const result = loadContent(config());
   if (!result.ok) assert.fail(result.errors.join("\n"));

@@ -71,6 +71,20 @@ Deno.test("on Deno Deploy, links name the timeline's URL, the address is the pla
   assert.equal(loaded.config.rateLimitStoreTimeoutMs, DEPLOY_STORE_TIMEOUT_MS);
 });
 
+Deno.test("on Deno Deploy the shared store is local-first unless the operator chooses exact", () => {
+  const deployed = loadConfig(deployEnv(reader(PLATFORM)).env);
+  if (!deployed.ok) assert.fail(deployed.errors.join("\n"));
+  assert.equal(deployed.config.rateLimitConsistency, "local-first");
+  const chosen = loadConfig(
+    deployEnv(reader({ ...PLATFORM, RATE_LIMIT_CONSISTENCY: "exact" })).env,
+  );
+  if (!chosen.ok) assert.fail(chosen.errors.join("\n"));
+  assert.equal(chosen.config.rateLimitConsistency, "exact");
+  const local = loadConfig(deployEnv(reader({})).env);
+  if (!local.ok) assert.fail(local.errors.join("\n"));
+  assert.equal(local.config.rateLimitConsistency, "exact", "off Deploy the default stays exact");
+});
+
 Deno.test("on Deno Deploy, what the operator sets wins over the platform's defaults", () => {
   const result = deployEnv(reader({
     ...DEPLOY_PLATFORM,
