@@ -6,8 +6,11 @@
  * constant status, body and field set. Only the rate-limit fields change between requests, and they
  * take few values (a caller's first request always sees the same ones), so the handler answers from
  * a bounded cache keyed by the response's template and the decision's remaining, reset and allowed.
- * A miss builds the response once, keeps it and answers its clone; the cache starts again when full,
- * so that callers cannot grow memory without limit.
+ * A response is kept the second time its key is seen, not the first: a caller hammering the service
+ * under a high limit sees a new `remaining` with every request, and keeping each of those responses
+ * built and cloned every one of them and churned the cache (and its bodies) for nothing; a key seen
+ * once is only remembered, as a number. The cache starts again when full, so that callers cannot grow
+ * memory without limit.
  *
  * @module
  */
@@ -42,6 +45,8 @@ export interface ResponseCacheStats {
   hits: number;
   /** Requests that built their response. */
   misses: number;
+  /** Keys seen once and not (yet) kept. */
+  seen: number;
 }
 
 /** A cache of prebuilt responses: `respond` answers a template with a decision's fields. */
@@ -98,6 +103,9 @@ const REMAINING_SPAN = 2 ** 20;
 /** Reset values up to 86,400 (the longest window) are below 2^17. */
 const RESET_SPAN = 2 ** 17;
 
+/** Keys remembered as seen once, per response the cache may keep, before they start again. */
+const SEEN_PER_ENTRY = 4;
+
 function keyable(value: number, span: number): boolean {
   return Number.isInteger(value) && value >= 0 && value < span;
 }
@@ -120,7 +128,10 @@ export function createResponseCache(
   const maxEntries = options.maxEntries ?? 4096;
   // One map per template, found by identity; each maps a number made of the decision's values.
   let byTemplate = new Map<ResponseTemplate, Map<number, Response>>();
+  // The keys seen once, per template: kept on the second sight.
+  let seenBy = new Map<ResponseTemplate, Set<number>>();
   let entries = 0;
+  let seenCount = 0;
   let hits = 0;
   let misses = 0;
 
@@ -141,6 +152,21 @@ export function createResponseCache(
       }
       misses++;
       const response = buildResponse(template, decision, constants);
+      let seen = seenBy.get(template);
+      if (seen?.has(key) !== true) {
+        if (seenCount >= maxEntries * SEEN_PER_ENTRY) {
+          seenBy = new Map();
+          seenCount = 0;
+          seen = undefined;
+        }
+        if (seen === undefined) {
+          seen = new Set();
+          seenBy.set(template, seen);
+        }
+        seen.add(key);
+        seenCount++;
+        return response; // first sight: answered as built, no clone, nothing kept
+      }
       if (entries >= maxEntries) {
         byTemplate = new Map();
         entries = 0;
@@ -154,6 +180,6 @@ export function createResponseCache(
       entries++;
       return response.clone();
     },
-    stats: () => ({ entries, hits, misses }),
+    stats: () => ({ entries, hits, misses, seen: seenCount }),
   };
 }
