@@ -150,10 +150,14 @@ export function createResponseCache(
       admittedBase.set(template, response);
       return response.clone();
     }
+    // Only the fields that differ between admitted decisions (policy and limit never do).
     const response = base.clone();
-    for (const [name, value] of rateLimitFields(decision, constants)) {
-      response.headers.set(name, value);
-    }
+    const headers = response.headers;
+    const remaining = String(decision.remaining);
+    const reset = String(decision.resetSeconds);
+    headers.set("ratelimit", `"default";r=${remaining};t=${reset}`);
+    headers.set("ratelimit-remaining", remaining);
+    headers.set("ratelimit-reset", reset);
     return response;
   }
 
