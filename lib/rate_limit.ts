@@ -60,7 +60,7 @@ export interface MemoryStoreOptions {
   maxCallers?: number;
   /** Clock for the background sweep; defaults to `Date.now`. */
   now?: () => number;
-  /** Run the background sweep every second (default true; tests sweep by hand). */
+  /** Run the background sweep every {@linkcode SWEEP_INTERVAL_MS} (default true; tests sweep by hand). */
   sweep?: boolean;
   /** Called once when the cap is first reached, and again only after the store has gone below it. */
   onCapacity?: (tracked: number) => void;
