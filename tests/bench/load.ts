@@ -5,14 +5,16 @@
  * `X-Forwarded-For` values are real callers) and the reference servers (`load_servers.ts`), both
  * pinned to one core with `taskset`, and runs `wrk` pinned to the other core against each in turn:
  * for every round, every scenario, the service, its ceiling (the same status, fields and body from a
- * prebuilt `Response`, cloned) and the bare one-header server. Rounds interleave the servers so that
+ * prebuilt `Response`, cloned), the bare one-header server and, in the scenarios marked `peer`, Hono
+ * with hono-rate-limiter (`load_hono.ts`). A scenario with its own environment (the hot caller) gets
+ * its own service process. Rounds interleave the servers so that
  * noise from other work on the machine falls on all of them alike; the report gives the median and
  * the range of every figure and of the ratios computed within each round.
  *
  * Usage (see `tests/bench/load.sh`, which installs wrk if it is missing):
  *   deno run --allow-run --allow-net=127.0.0.1 --allow-read --allow-env --allow-write=.bench \
  *     tests/bench/load.ts [--rounds 3] [--duration 5] [--connections 50] [--access-log off|on|both]
- *     [--explore] [--paired] [--scenarios json,markdown,404,429]
+ *     [--explore] [--paired] [--scenarios json,hot,markdown,404,429]
  *
  * `--paired` adds, after the interleaved rounds, rounds in which the service and each other server
  * run at the same time on the server core (see below): a steadier ratio on a machine whose cores are
