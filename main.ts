@@ -12,11 +12,11 @@
 // deno-lint-ignore-file no-console
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
-import { createHandler } from "./lib/app.ts";
+import { createHandler } from "./lib/handler.ts";
 import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
-import { loadContent } from "./lib/content.ts";
-import { deployEnv, onDenoDeploy } from "./lib/deno_deploy.ts";
-import { openRateLimitStore } from "./lib/rate_limit_store.ts";
+import { loadContent } from "./lib/pages/content.ts";
+import { deployEnv, onDenoDeploy } from "./lib/server/deno_deploy.ts";
+import { openRateLimitStore } from "./lib/limit/open_store.ts";
 import {
   addressOf,
   createDrain,
@@ -24,8 +24,8 @@ import {
   type ServeEvent,
   serveResilient,
   STOP_DEADLINE_MS,
-} from "./lib/serve.ts";
-import { explainKvError, explainListenError, explainStartupError } from "./lib/startup.ts";
+} from "./lib/server/serve.ts";
+import { explainKvError, explainListenError, explainStartupError } from "./lib/server/startup.ts";
 
 /** One operational event as a JSON line on stderr (stdout carries the access log). */
 function event(
@@ -34,6 +34,13 @@ function event(
   fields: Record<string, unknown> = {},
 ): void {
   console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
+}
+
+function errorFields(error: unknown): Record<string, unknown> {
+  return {
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    stack: error instanceof Error ? error.stack : undefined,
+  };
 }
 
 function fatal(errors: string[]): never {
@@ -94,6 +101,16 @@ const store = await openRateLimitStore(config, {
         store: config.rateLimitStore,
         ...incident,
       }),
+  onSyncIncident: (incident) =>
+    incident.kind === "unsynced"
+      ? event("warn", "rate-limit sync failing: each instance limits by its own log meanwhile", {
+        store: config.rateLimitStore,
+        ...incident,
+      })
+      : event("info", "rate-limit sync recovered: the instances' counts are reconciled", {
+        store: config.rateLimitStore,
+        ...incident,
+      }),
 }).catch((error) =>
   fatalSentence(
     config.rateLimitStore === "kv"
@@ -108,16 +125,35 @@ const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
   : undefined;
 
+// Stopping ends the warm-up: its steps would only delay the requests being finished.
+const warmUpStop = new AbortController();
+try {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => warmUpStop.abort());
+  }
+} catch {
+  // No signal support here: the warm-up runs to its end.
+}
+
 const fetch = createHandler({
   config,
   content: contentResult.content,
   store,
   ...(accessLog ? { accessLog: accessLog.log } : {}),
-  onError: (error) =>
-    event("error", "unexpected error answered 500", {
-      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-      stack: error instanceof Error ? error.stack : undefined,
-    }),
+  onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
+  onNoAddress: () =>
+    event(
+      "error",
+      'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (README, "Caller identity"). Said once.',
+    ),
+  // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
+  warmUp: {
+    signal: warmUpStop.signal,
+    onDone: ({ variants, ms }) =>
+      event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) }),
+    onError: (error) =>
+      event("error", "a representation cannot be built: its path answers 500", errorFields(error)),
+  },
 });
 
 export default { fetch } satisfies Deno.ServeDefaultExport;

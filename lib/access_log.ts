@@ -1,14 +1,88 @@
 /**
- * The access log: one JSON line per request on stdout, written in batches.
+ * The access log: one record per request, formatted as a JSON line and written to stdout in batches.
  *
  * A synchronous write per request would cost more than answering it, so lines are gathered and
  * written together every `flushMs` or when the buffer is large; `flush` writes what is left (at
- * shutdown).
+ * shutdown). Records are made by {@linkcode createAccessRecorder}, which the handler calls once per
+ * request.
  *
  * @module
  */
 
-import type { AccessRecord } from "./app.ts";
+import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller.ts";
+import { memoize } from "./http/negotiate.ts";
+
+/** One access-log record: never the query string, a body, or a full client address. */
+export interface AccessRecord {
+  /** ISO 8601 time the request arrived. */
+  time: string;
+  /** Request method. */
+  method: string;
+  /** Request path without query string. */
+  path: string;
+  /** Response status. */
+  status: number;
+  /** Milliseconds spent in the handler. */
+  ms: number;
+  /** The caller's address truncated to /24 (IPv4) or /48 (IPv6). */
+  caller: string;
+}
+
+/** Makes one request's record and hands it on: method, path, caller key, start time, status. */
+export type AccessRecorder = (
+  method: string,
+  path: string,
+  key: string,
+  started: number,
+  status: number,
+) => void;
+
+/**
+ * Creates the recorder that turns a request's facts into an {@linkcode AccessRecord} for `log`.
+ * Per request, the record needs the time as ISO 8601 and the truncated caller: both are remembered,
+ * the time for the millisecond (tens of requests share one under load), the caller per key.
+ *
+ * @param now the clock the handler measures with, in ms
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const records: AccessRecord[] = [];
+ * const record = createAccessRecorder((r) => records.push(r), () => 0);
+ * record("GET", "/api/v1/platform", "192.0.2.77", 0, 200);
+ * assert.deepEqual(records, [{
+ *   time: "1970-01-01T00:00:00.000Z",
+ *   method: "GET",
+ *   path: "/api/v1/platform",
+ *   status: 200,
+ *   ms: 0,
+ *   caller: "192.0.2.0",
+ * }]);
+ * ```
+ */
+export function createAccessRecorder(
+  log: (record: AccessRecord) => void,
+  now: () => number,
+): AccessRecorder {
+  let isoMs = Number.NaN;
+  let iso = "";
+  // The caller is logged as the rate limit saw it (behind trusted proxies, the client, not the
+  // proxy), truncated: keys are an IPv4 address or an IPv6 /64 written as "xxxx:...::/64".
+  const truncated = memoize((key) => truncatedAddress((key ?? "").replace(/\/64$/, "")));
+  return (method, path, key, started, status) => {
+    if (started !== isoMs) {
+      isoMs = started;
+      iso = new Date(started).toISOString();
+    }
+    log({
+      time: iso,
+      method,
+      path,
+      status,
+      ms: Math.round((now() - started) * 1000) / 1000,
+      caller: key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncated(key),
+    });
+  };
+}
 
 /** Options of {@linkcode createAccessLog}. */
 export interface AccessLogOptions {

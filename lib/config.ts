@@ -7,7 +7,9 @@
  * @module
  */
 
-import { type CidrSet, parseCidrSet, parseIp } from "./caller.ts";
+import { type CidrSet, type ForwardedHeader, parseCidrSet, parseIp } from "./limit/caller.ts";
+import { KV_MAX_LIMIT } from "./limit/kv_limit.ts";
+import type { StoreSettings } from "./limit/open_store.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
 export const MIN_DEPRECATION_NOTICE_DAYS = 90;
@@ -18,20 +20,8 @@ const DAY_MS = 86_400_000;
 const HOST_NAME =
   /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
-/** Where rate-limit state lives: this process, Deno KV, or Redis. */
-export type RateLimitStoreKind = "memory" | "kv" | "redis";
-
-/** What the limiter answers when its store fails or times out: admit or refuse. */
-export type StoreErrorPolicy = "open" | "closed";
-
-/** The most requests per window the Deno KV store can hold for one caller (one 64 KiB value). */
-export const KV_MAX_RATE_LIMIT = 8000;
-
-/** Which forwarded header carries the client address when the peer is a trusted proxy. */
-export type ForwardedHeader = "x-forwarded-for" | "forwarded";
-
 /** The validated service configuration. */
-export interface Config {
+export interface Config extends StoreSettings {
   /** TCP port to listen on. */
   port: number;
   /** Interface to listen on. */
@@ -54,22 +44,6 @@ export interface Config {
   supportUrl: string;
   /** Address for access requests (customer-data APIs, research server). */
   supportEmail: string;
-  /** Requests admitted per caller in any window. */
-  rateLimit: number;
-  /** Window length in seconds. */
-  rateLimitWindowSeconds: number;
-  /** Most callers tracked at once by the in-memory store. */
-  rateLimitMaxCallers: number;
-  /** Where rate-limit state lives. */
-  rateLimitStore: RateLimitStoreKind;
-  /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
-  kvPath: string | undefined;
-  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
-  redisUrl: string | undefined;
-  /** The longest a shared store may take to decide, in ms. */
-  rateLimitStoreTimeoutMs: number;
-  /** What to answer when the shared store fails or times out. */
-  rateLimitOnStoreError: StoreErrorPolicy;
   /** Peers whose forwarded headers are believed; empty means none. */
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
@@ -106,6 +80,8 @@ export const ENV_NAMES = [
   "REDIS_URL",
   "RATE_LIMIT_STORE_TIMEOUT_MS",
   "RATE_LIMIT_ON_STORE_ERROR",
+  "RATE_LIMIT_CONSISTENCY",
+  "RATE_LIMIT_SYNC_MS",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
   "DEPRECATION_DATE",
@@ -134,19 +110,61 @@ export function recordEnv(record: Partial<Record<EnvName, string>>): Env {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const result = loadConfig(recordEnv({ PORT: "8080" }));
- * if (result.ok) console.log(result.config.baseUrl); // http://localhost:8080
+ * assert(result.ok);
+ * assert.equal(result.config.baseUrl, "http://localhost:8080");
+ * assert.deepEqual(loadConfig(recordEnv({ PORT: "http" })).ok, false);
  * ```
  */
 export function loadConfig(env: Env): ConfigResult {
+  const reader = readerOf(env);
+  const { read, errors } = reader;
+  const { port, hostname } = listenSettings(reader);
+  const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
+  const supportEmail = read("SUPPORT_EMAIL") ?? "support@example.com";
+  if (!/^[^\s@<>()",;:]+@[^\s@<>()",;:]+\.[^\s@<>()",;:]+$/.test(supportEmail)) {
+    errors.push(`SUPPORT_EMAIL must be an email address, got ${JSON.stringify(supportEmail)}`);
+  }
+  const limits = rateLimitSettings(reader);
+  const proxies = proxySettings(reader);
+  const removal = removalSettings(reader);
+  const accessLog = boolean(read("ACCESS_LOG"), true, "ACCESS_LOG", errors);
+  const config: Config = {
+    port,
+    hostname,
+    baseUrl,
+    ...productSettings(reader, baseUrl, supportEmail),
+    ...limits,
+    ...proxies,
+    ...removal,
+    accessLog,
+  };
+  return errors.length > 0 ? { ok: false, errors } : { ok: true, config };
+}
+
+/** Reads variables (trimmed; empty is unset) and gathers every problem found in `errors`. */
+interface Reader {
+  read(name: EnvName): string | undefined;
+  int(name: EnvName, fallback: number, range: { min: number; max: number }): number;
+  errors: string[];
+}
+
+function readerOf(env: Env): Reader {
   const errors: string[] = [];
   const read = (name: EnvName): string | undefined => {
     const value = env(name)?.trim();
     return value === "" ? undefined : value;
   };
-  const int = (name: EnvName, fallback: number, range: { min: number; max: number }) =>
-    integer(read(name), fallback, name, range, errors);
+  return {
+    read,
+    int: (name, fallback, range) => integer(read(name), fallback, name, range, errors),
+    errors,
+  };
+}
 
+/** `PORT` and `HOSTNAME`. */
+function listenSettings({ read, int, errors }: Reader): Pick<Config, "port" | "hostname"> {
   const port = int("PORT", 8000, { min: 0, max: 65535 });
   const hostname = read("HOSTNAME") ?? "0.0.0.0";
   if (parseIp(hostname) === undefined && !HOST_NAME.test(hostname)) {
@@ -154,18 +172,45 @@ export function loadConfig(env: Env): ConfigResult {
       `HOSTNAME must be an IP address or a host name to listen on, got ${JSON.stringify(hostname)}`,
     );
   }
-  const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
+  return { port, hostname };
+}
+
+/** The product's name, description and the Platform's links (defaults under `baseUrl`). */
+function productSettings(
+  { read, errors }: Reader,
+  baseUrl: string,
+  supportEmail: string,
+): Pick<
+  Config,
+  | "name"
+  | "description"
+  | "documentationUrl"
+  | "developerResourcesUrl"
+  | "openapiUrl"
+  | "agentInstructionsUrl"
+  | "supportUrl"
+  | "supportEmail"
+> {
   const link = (name: EnvName, fallback: string) => absoluteUri(read(name), fallback, name, errors);
+  return {
+    name: read("PRODUCT_NAME") ?? "Legal Intelligence Platform",
+    description: read("PRODUCT_DESCRIPTION") ??
+      "Public directory of the legal intelligence platform's documentation, developer resources, OpenAPI description, agent instructions and support.",
+    documentationUrl: link("DOCUMENTATION_URL", `${baseUrl}/`),
+    developerResourcesUrl: link("DEVELOPER_RESOURCES_URL", `${baseUrl}/developers`),
+    openapiUrl: link("OPENAPI_URL", `${baseUrl}/openapi.json`),
+    agentInstructionsUrl: link("AGENT_INSTRUCTIONS_URL", `${baseUrl}/llms.txt`),
+    supportUrl: link("SUPPORT_URL", `mailto:${supportEmail}`),
+    supportEmail,
+  };
+}
 
-  const supportEmail = read("SUPPORT_EMAIL") ?? "support@example.com";
-  if (!/^[^\s@<>()",;:]+@[^\s@<>()",;:]+\.[^\s@<>()",;:]+$/.test(supportEmail)) {
-    errors.push(`SUPPORT_EMAIL must be an email address, got ${JSON.stringify(supportEmail)}`);
-  }
-
+/** The limit, its window, the store and the store's settings. */
+function rateLimitSettings(reader: Reader): StoreSettings {
+  const { read, int, errors } = reader;
   const rateLimit = int("RATE_LIMIT", 60, { min: 1, max: 1_000_000 });
   const rateLimitWindowSeconds = int("RATE_LIMIT_WINDOW_SECONDS", 60, { min: 1, max: 86_400 });
   const rateLimitMaxCallers = int("RATE_LIMIT_MAX_CALLERS", 500_000, { min: 1, max: 100_000_000 });
-
   const rateLimitStore = oneOf(
     read("RATE_LIMIT_STORE"),
     ["memory", "kv", "redis"] as const,
@@ -173,25 +218,12 @@ export function loadConfig(env: Env): ConfigResult {
     errors,
   );
   const kvPath = read("KV_PATH");
-  if (rateLimitStore === "kv" && rateLimit > KV_MAX_RATE_LIMIT) {
+  if (rateLimitStore === "kv" && rateLimit > KV_MAX_LIMIT) {
     errors.push(
-      `RATE_LIMIT must be at most ${KV_MAX_RATE_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
     );
   }
-  const redisUrl = read("REDIS_URL");
-  if (redisUrl !== undefined) {
-    const url = URL.parse(redisUrl);
-    if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
-      errors.push(
-        `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
-      );
-    } else {
-      const problem = redisUrlProblem(url);
-      if (problem) errors.push(`REDIS_URL ${problem}, got ${JSON.stringify(redacted(redisUrl))}`);
-    }
-  } else if (rateLimitStore === "redis") {
-    errors.push("REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)");
-  }
+  const redisUrl = redisUrlSetting(reader, rateLimitStore === "redis");
   const rateLimitStoreTimeoutMs = int("RATE_LIMIT_STORE_TIMEOUT_MS", 100, { min: 1, max: 60_000 });
   const rateLimitOnStoreError = oneOf(
     read("RATE_LIMIT_ON_STORE_ERROR"),
@@ -199,19 +231,72 @@ export function loadConfig(env: Env): ConfigResult {
     "RATE_LIMIT_ON_STORE_ERROR",
     errors,
   );
+  return {
+    rateLimit,
+    rateLimitWindowSeconds,
+    rateLimitMaxCallers,
+    rateLimitStore,
+    kvPath,
+    redisUrl,
+    rateLimitStoreTimeoutMs,
+    rateLimitOnStoreError,
+    ...consistencySettings(reader),
+  };
+}
 
+/** `RATE_LIMIT_CONSISTENCY` and `RATE_LIMIT_SYNC_MS`: how a shared store decides, how often it syncs. */
+function consistencySettings(
+  { read, int, errors }: Reader,
+): Pick<StoreSettings, "rateLimitConsistency" | "rateLimitSyncMs"> {
+  return {
+    rateLimitConsistency: oneOf(
+      read("RATE_LIMIT_CONSISTENCY"),
+      ["exact", "local-first"] as const,
+      "RATE_LIMIT_CONSISTENCY",
+      errors,
+    ),
+    rateLimitSyncMs: int("RATE_LIMIT_SYNC_MS", 50, { min: 1, max: 60_000 }),
+  };
+}
+
+/** `REDIS_URL`: a redis:// or rediss:// URL the client accepts; required with the Redis store. */
+function redisUrlSetting({ read, errors }: Reader, required: boolean): string | undefined {
+  const redisUrl = read("REDIS_URL");
+  if (redisUrl === undefined) {
+    if (required) {
+      errors.push(
+        "REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)",
+      );
+    }
+    return undefined;
+  }
+  const url = URL.parse(redisUrl);
+  if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
+    errors.push(
+      `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
+    );
+  } else {
+    const problem = redisUrlProblem(url);
+    if (problem) errors.push(`REDIS_URL ${problem}, got ${JSON.stringify(redacted(redisUrl))}`);
+  }
+  return redisUrl;
+}
+
+/** `TRUSTED_PROXIES` and `TRUSTED_PROXY_HEADER`. */
+function proxySettings(
+  { read, errors }: Reader,
+): Pick<Config, "trustedProxies" | "forwardedHeader"> {
   let trustedProxies: CidrSet = parseCidrSet("").set;
   const proxies = parseCidrSet(read("TRUSTED_PROXIES") ?? "");
   if (proxies.invalid.length > 0) {
     errors.push(
-      `TRUSTED_PROXIES must be a comma-separated list of IP addresses or CIDR ranges; not understood: ${
+      `TRUSTED_PROXIES must be a comma-separated list of IP addresses, CIDR ranges or unix; not understood: ${
         proxies.invalid.map((entry) => JSON.stringify(entry)).join(", ")
       }`,
     );
   } else {
     trustedProxies = proxies.set;
   }
-
   const header = (read("TRUSTED_PROXY_HEADER") ?? "x-forwarded-for").toLowerCase();
   let forwardedHeader: ForwardedHeader = "x-forwarded-for";
   if (header === "x-forwarded-for" || header === "forwarded") {
@@ -221,7 +306,11 @@ export function loadConfig(env: Env): ConfigResult {
       `TRUSTED_PROXY_HEADER must be x-forwarded-for or forwarded, got ${JSON.stringify(header)}`,
     );
   }
+  return { trustedProxies, forwardedHeader };
+}
 
+/** `DEPRECATION_DATE` and `SUNSET_DATE`: both or neither, at least the minimum notice apart. */
+function removalSettings({ read, errors }: Reader): Pick<Config, "deprecation" | "sunset"> {
   const deprecation = date(read("DEPRECATION_DATE"), "DEPRECATION_DATE", errors);
   const sunset = date(read("SUNSET_DATE"), "SUNSET_DATE", errors);
   if ((deprecation === undefined) !== (sunset === undefined)) {
@@ -240,37 +329,7 @@ export function loadConfig(env: Env): ConfigResult {
       );
     }
   }
-
-  const accessLog = boolean(read("ACCESS_LOG"), true, "ACCESS_LOG", errors);
-
-  const config: Config = {
-    port,
-    hostname,
-    baseUrl,
-    name: read("PRODUCT_NAME") ?? "Legal Intelligence Platform",
-    description: read("PRODUCT_DESCRIPTION") ??
-      "Public directory of the legal intelligence platform's documentation, developer resources, OpenAPI description, agent instructions and support.",
-    documentationUrl: link("DOCUMENTATION_URL", `${baseUrl}/`),
-    developerResourcesUrl: link("DEVELOPER_RESOURCES_URL", `${baseUrl}/developers`),
-    openapiUrl: link("OPENAPI_URL", `${baseUrl}/openapi.json`),
-    agentInstructionsUrl: link("AGENT_INSTRUCTIONS_URL", `${baseUrl}/llms.txt`),
-    supportUrl: link("SUPPORT_URL", `mailto:${supportEmail}`),
-    supportEmail,
-    rateLimit,
-    rateLimitWindowSeconds,
-    rateLimitMaxCallers,
-    rateLimitStore,
-    kvPath,
-    redisUrl,
-    rateLimitStoreTimeoutMs,
-    rateLimitOnStoreError,
-    trustedProxies,
-    forwardedHeader,
-    deprecation,
-    sunset,
-    accessLog,
-  };
-  return errors.length > 0 ? { ok: false, errors } : { ok: true, config };
+  return { deprecation, sunset };
 }
 
 /** Formats the problems of a failed {@linkcode loadConfig} as one message for stderr. */

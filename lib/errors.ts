@@ -8,8 +8,8 @@
  */
 
 import type { Config } from "./config.ts";
-import { escapeHtml } from "./layout.ts";
-import { STATUS } from "./http.ts";
+import { escapeHtml } from "./pages/layout.ts";
+import { STATUS } from "./http/message.ts";
 
 /** The stable error codes. Adding one is a change of the public contract (README, OpenAPI). */
 export type ErrorCode =

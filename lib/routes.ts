@@ -3,13 +3,15 @@
  * built once at start-up from the content and the configuration.
  *
  * A route answers GET and HEAD with one of its representations, chosen by `Accept`; everything else
- * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler in `app.ts`.
+ * about a request (rate limit, 304, 405, OPTIONS) is decided by the handler (`handler.ts`) and the
+ * per-request choice (`respond/choose.ts`).
  *
  * @module
  */
 
 import type { Config } from "./config.ts";
-import type { Content, Page } from "./content.ts";
+import type { HeaderField } from "./http/message.ts";
+import type { Content, Page } from "./pages/content.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -17,17 +19,18 @@ import {
   linkHeader,
   pageLinks,
   STYLESHEET_PATH,
-} from "./layout.ts";
-import { memoize, preferredType } from "./negotiate.ts";
-import { buildRepresentation, type Representation } from "./representation.ts";
-
-/** A header field as a name/value pair. */
-export type HeaderField = readonly [string, string];
+} from "./pages/layout.ts";
+import { memoize, preferredType } from "./http/negotiate.ts";
+import { buildRepresentation, type Representation } from "./http/representation.ts";
 
 /** One public path. */
 export interface Route {
-  /** The representation for an `Accept` value (memoised). */
+  /** The representation for an `Accept` value (memoised); built the first time it is picked. */
   pick: (accept: string | null) => Representation;
+  /** Every representation of the path, building those not built yet (for warming up). */
+  representations: () => Representation[];
+  /** What must have resolved before the path's representations can be built (pages: `marked`). */
+  prepare?: () => Promise<void>;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
@@ -98,86 +101,135 @@ export function discoveryFields(config: Config): HeaderField[] {
  */
 export function buildRoutes(config: Config, content: Content): Map<string, Route> {
   const discovery = discoveryFields(config);
-  const rep = (type: string, body: string, fields: readonly HeaderField[]) =>
-    buildRepresentation(type, body, { headers: [...fields, ...COMMON_FIELDS] });
-
-  const asset = (type: string, body: string) =>
-    buildRepresentation(type, body, {
-      headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
-      cacheControl: ASSET_CACHE_CONTROL,
-    });
-
-  const fixed = (representation: Representation, fields: readonly HeaderField[] = []): Route => ({
-    pick: () => representation,
-    fields,
-  });
-
-  const negotiated = (
-    defaultRep: Representation,
-    markdownRep: Representation,
-    defaultType: string,
-    fields: readonly HeaderField[] = [],
-  ): Route => {
-    const byType: Record<string, Representation> = {
-      [defaultType]: defaultRep,
-      "text/markdown": markdownRep,
-    };
-    const choose = memoize((accept) =>
-      byType[preferredType(accept, [defaultType, "text/markdown"])]!
-    );
-    return { pick: choose, fields };
-  };
-
-  // HTML pages announce their Markdown alternate and the OpenAPI description in `Link` too, the same
-  // links as their `<link>` elements (RFC 8288), for clients that read headers only (HEAD).
-  const page = ({ html, markdown, meta }: Page) =>
-    negotiated(
-      rep(TYPES.html, html, [
-        NEGOTIATED,
-        ...HTML_FIELDS,
-        ["link", linkHeader(pageLinks(meta, content.site))],
-      ]),
-      rep(TYPES.markdown, markdown, [NEGOTIATED]),
-      "text/html",
-    );
-
-  const platform = negotiated(
-    rep(TYPES.json, content.platformJson, [NEGOTIATED, ...discovery]),
-    rep(TYPES.markdown, content.platformMarkdown, [NEGOTIATED, ...discovery]),
+  const platform = negotiatedRoute(
+    lazyRepresentation(TYPES.json, () => content.platformJson, () => [NEGOTIATED, ...discovery]),
+    lazyRepresentation(
+      TYPES.markdown,
+      () => content.platformMarkdown,
+      () => [NEGOTIATED, ...discovery],
+    ),
     "application/json",
     discovery,
   );
-  const developers = page(content.developers);
-  const openapi = fixed(rep(TYPES.json, content.openapi, [NOT_NEGOTIATED]));
+  const developers = pageRoute(content.developers, content);
+  const openapi = textRoute(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as route fields.
   const catalogLink: HeaderField = ["link", linkHeader([apiCatalogLink(config.baseUrl)])];
-
+  const catalog = lazyRepresentation(
+    TYPES.linkset,
+    () => content.apiCatalog,
+    () => [NOT_NEGOTIATED, catalogLink],
+  );
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
-    ["/", page(content.home)],
+    ["/", pageRoute(content.home, content)],
     ["/developers", developers],
     ["/api", developers],
-    [
-      "/developers/deprecation-policy",
-      page(content.deprecationPolicy),
-    ],
+    ["/developers/deprecation-policy", pageRoute(content.deprecationPolicy, content)],
     [
       "/developers/deprecation-policy.md",
-      fixed(rep(TYPES.markdown, content.deprecationPolicy.markdown, [NOT_NEGOTIATED])),
+      textRoute(TYPES.markdown, () => content.deprecationPolicy.markdown),
     ],
     ["/openapi.json", openapi],
     ["/openapi", openapi],
-    ["/llms.txt", fixed(rep(TYPES.text, content.llms, [NOT_NEGOTIATED]))],
+    ["/llms.txt", textRoute(TYPES.text, () => content.llms)],
     // Crawlers may index the portal (RFC 9309); counted like every path.
-    ["/robots.txt", fixed(rep(TYPES.text, content.robots, [NOT_NEGOTIATED]))],
-    [
-      API_CATALOG_PATH,
-      fixed(rep(TYPES.linkset, content.apiCatalog, [NOT_NEGOTIATED, catalogLink]), [
-        catalogLink,
-      ]),
-    ],
-    [STYLESHEET_PATH, fixed(asset(TYPES.css, content.stylesheet))],
-    [ICON_PATH, fixed(asset(TYPES.svg, content.icon))],
+    ["/robots.txt", textRoute(TYPES.text, () => content.robots)],
+    [API_CATALOG_PATH, fixedRoute(catalog, [catalogLink])],
+    [STYLESHEET_PATH, fixedRoute(assetRepresentation(TYPES.css, content.stylesheet))],
+    [ICON_PATH, fixedRoute(assetRepresentation(TYPES.svg, content.icon))],
   ]);
+}
+
+/**
+ * A representation built the first time it is asked for: a page's HTML is rendered from its Markdown
+ * then, not at start-up (README, "Cold start").
+ */
+function lazyRepresentation(
+  type: string,
+  body: () => string,
+  fields: () => readonly HeaderField[],
+): () => Representation {
+  return once(() =>
+    buildRepresentation(type, body(), { headers: [...fields(), ...COMMON_FIELDS] })
+  );
+}
+
+/** The stylesheet or the icon: not negotiated, cached for an hour ({@linkcode ASSET_CACHE_CONTROL}). */
+function assetRepresentation(type: string, body: string): () => Representation {
+  return once(() =>
+    buildRepresentation(type, body, {
+      headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
+      cacheControl: ASSET_CACHE_CONTROL,
+    })
+  );
+}
+
+/** A path with one representation. */
+function fixedRoute(
+  representation: () => Representation,
+  fields: readonly HeaderField[] = [],
+): Route {
+  return { pick: representation, representations: () => [representation()], fields };
+}
+
+/** A path of one text file, not negotiated. */
+function textRoute(type: string, body: () => string): Route {
+  return fixedRoute(lazyRepresentation(type, body, () => [NOT_NEGOTIATED]));
+}
+
+/** A path with a default representation and a Markdown one, chosen by `Accept`. */
+function negotiatedRoute(
+  defaultRep: () => Representation,
+  markdownRep: () => Representation,
+  defaultType: string,
+  fields: readonly HeaderField[] = [],
+): Route {
+  const byType: Record<string, () => Representation> = {
+    [defaultType]: defaultRep,
+    "text/markdown": markdownRep,
+  };
+  const choose = memoize((accept) =>
+    byType[preferredType(accept, [defaultType, "text/markdown"])]!()
+  );
+  return { pick: choose, representations: () => [defaultRep(), markdownRep()], fields };
+}
+
+/**
+ * A portal page: HTML by default, its Markdown when preferred. HTML pages announce their Markdown
+ * alternate and the OpenAPI description in `Link` too, the same links as their `<link>` elements
+ * (RFC 8288), for clients that read headers only (HEAD).
+ */
+function pageRoute(page: Page, content: Content): Route {
+  return {
+    ...negotiatedRoute(
+      lazyRepresentation(TYPES.html, () => page.html, () => [
+        NEGOTIATED,
+        ...HTML_FIELDS,
+        ["link", linkHeader(pageLinks(page.meta, content.site))],
+      ]),
+      lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
+      "text/html",
+    ),
+    prepare: content.prepareMarkdown,
+  };
+}
+
+/**
+ * A function that computes `build()` on its first call and returns that value ever after.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * let built = 0;
+ * const answer = once(() => ++built * 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(answer(), 42);
+ * assert.equal(built, 1);
+ * ```
+ */
+export function once<T>(build: () => T): () => T {
+  let built: { value: T } | undefined;
+  return () => (built ??= { value: build() }).value;
 }

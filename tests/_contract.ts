@@ -109,8 +109,12 @@ function isObject(value: unknown): value is Record<string, unknown> {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * const contract = createContract(JSON.parse(await Deno.readTextFile("static/openapi.json")));
- * contract.check("/api/v1/platform", "GET", { status, headers, body });
+ * const headers = new Headers({ "content-type": "application/json" });
+ * const body = new TextEncoder().encode("{}");
+ * // A Platform without its fields, and without the RateLimit fields: the document says no.
+ * assert.throws(() => contract.check("/api/v1/platform", "GET", { status: 200, headers, body }));
  * ```
  */
 export function createContract(document: OpenApiDocument): Contract {

@@ -13,10 +13,12 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../lib/app.ts";
+import type { AccessRecord } from "../lib/access_log.ts";
+import { createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
-import { type Content, loadContent } from "../lib/content.ts";
-import { MemoryStore, type RateLimitStore } from "../lib/rate_limit.ts";
+import { type Content, loadContent } from "../lib/pages/content.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
+import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [
@@ -122,8 +124,10 @@ export interface TestServer extends AsyncDisposable {
  *
  * @example
  * ```ts
+ * import assert from "node:assert/strict";
  * await using server = await startServer({ env: { RATE_LIMIT: "3" } });
  * const response = await rawRequest(server.url, "/api/v1/platform");
+ * assert.equal(response.status, 200);
  * ```
  */
 export function startServer(options: ServerOptions = {}): Promise<TestServer> {
@@ -131,7 +135,7 @@ export function startServer(options: ServerOptions = {}): Promise<TestServer> {
   const content = testContent(config);
   const clock = options.clock ?? manualClock();
   const store = options.store ?? new MemoryStore(
-    { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 },
+    policyOf(config),
     { maxCallers: config.rateLimitMaxCallers, now: clock.now, sweep: false },
   );
   const records: AccessRecord[] = [];

@@ -1,12 +1,17 @@
 /**
- * Tests of the batched access log.
+ * Tests of the batched access log and of the recorder that makes one record per request.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { createAccessLog, formatAccessRecord } from "../lib/access_log.ts";
-import type { AccessRecord } from "../lib/app.ts";
+import {
+  type AccessRecord,
+  createAccessLog,
+  createAccessRecorder,
+  formatAccessRecord,
+} from "../lib/access_log.ts";
+import { NO_ADDRESS_KEY } from "../lib/limit/caller.ts";
 
 const RECORD: AccessRecord = {
   time: "2026-01-01T00:00:00.000Z",
@@ -47,4 +52,31 @@ Deno.test("createAccessLog() writes at once when the buffer is full", () => {
   log.flush();
   const lines = chunks.map((c) => new TextDecoder().decode(c)).join("").trim().split("\n");
   assert.equal(lines.length, 5);
+});
+
+Deno.test("createAccessRecorder() truncates the caller, keeps the path as given and times the handler", () => {
+  const records: AccessRecord[] = [];
+  let clock = 1_767_225_600_000;
+  const record = createAccessRecorder((r) => records.push(r), () => clock);
+  clock += 1.25;
+  record("HEAD", "/developers", "2001:0db8:0001:0002::/64", 1_767_225_600_000, 304);
+  record("GET", "/", NO_ADDRESS_KEY, 1_767_225_600_000, 200);
+  assert.deepEqual(records, [
+    {
+      time: "2026-01-01T00:00:00.000Z",
+      method: "HEAD",
+      path: "/developers",
+      status: 304,
+      ms: 1.25,
+      caller: "2001:db8:1::",
+    },
+    {
+      time: "2026-01-01T00:00:00.000Z",
+      method: "GET",
+      path: "/",
+      status: 200,
+      ms: 1.25,
+      caller: "unix",
+    },
+  ]);
 });

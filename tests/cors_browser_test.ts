@@ -11,18 +11,16 @@
  *
  * @module
  */
-// deno-lint-ignore-file no-console
 /// <reference lib="dom" />
 /// <reference lib="deno.ns" />
 
 import assert from "node:assert/strict";
+import { CHROMIUM, LAUNCH_ARGS, skipBrowserTests } from "./_chromium.ts";
 import { type Browser, chromium } from "playwright-core";
-import { createHandler } from "../lib/app.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { createHandler } from "../lib/handler.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 import { testConfig, testContent } from "./_server.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"];
 const LIMIT = 60;
 
 /**
@@ -65,21 +63,7 @@ const APP_PAGE = `<!DOCTYPE html>
 <script src="/app.js"></script></head><body><p>A browser app on another origin.</p></body></html>
 `;
 
-function browserPresent(): boolean {
-  try {
-    return Deno.statSync(CHROMIUM).isFile;
-  } catch {
-    return false;
-  }
-}
-
-const inCi = Deno.env.get("CI") === "true";
-const present = browserPresent();
-if (!present && !inCi) {
-  console.log(
-    `cross-origin browser test skipped: ${CHROMIUM} is absent (apt-get install -y chromium)`,
-  );
-}
+const skipped = skipBrowserTests("cross-origin browser test");
 
 /** What the page read from one response. */
 interface Seen {
@@ -96,7 +80,7 @@ interface Seen {
 Deno.test({
   name:
     "a page on another origin reads the service's answers, its 404 and its RateLimit fields in Chromium",
-  ignore: !present && !inCi,
+  ignore: skipped,
   // Playwright keeps a child process and pipes of its own until browser.close() in `finally`.
   sanitizeResources: false,
   sanitizeOps: false,
@@ -120,7 +104,7 @@ Deno.test({
     const appOrigin = `http://127.0.0.1:${app.addr.port}`;
     let browser: Browser | undefined;
     try {
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: LAUNCH_ARGS });
+      browser = await chromium.launch({ executablePath: CHROMIUM, args: [...LAUNCH_ARGS] });
       const page = await browser.newPage();
       const consoleErrors: string[] = [];
       page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));

@@ -9,8 +9,8 @@
 
 import assert from "node:assert/strict";
 import { HtmlValidate } from "html-validate";
-import { createHandler } from "../lib/app.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { createHandler } from "../lib/handler.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 import { testConfig, testContent } from "./_server.ts";
 
 /** Every path answered with HTML by default, and one unknown path for the 404 page. */

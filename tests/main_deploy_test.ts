@@ -8,6 +8,7 @@
  */
 
 import assert from "node:assert/strict";
+import { DEPLOY_PLATFORM } from "./_deno_deploy_env.ts";
 import { join } from "node:path";
 import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 
@@ -17,18 +18,6 @@ const ROOT = join(import.meta.dirname!, "..");
 const RUNTIME = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).deploy.runtime as {
   entrypoint: string;
   args?: string[];
-};
-
-const PLATFORM = {
-  DENO_DEPLOY: "true",
-  DENO_DEPLOY_ORG_ID: "0e9b3b5a-7a55-4bd5-9b5b-5d3f0c7f4a11",
-  DENO_DEPLOY_ORG_SLUG: "acme",
-  DENO_DEPLOY_APP_ID: "4a0c4a1e-0c5e-4c43-9f7e-2f9f3f0b2b22",
-  DENO_DEPLOY_APP_SLUG: "discovery",
-  DENO_DEPLOY_BUILD_ID: "b1",
-  DENO_DEPLOYMENT_ID: "d1",
-  DENO_TIMELINE: "production",
-  DENO_TRUST_PROXY_HEADERS: "1",
 };
 
 function freePort(): number {
@@ -56,7 +45,7 @@ Deno.test("main.ts serves on Deno Deploy: the platform's address, per-client bud
     args: ["run", "-A", RUNTIME.entrypoint, ...(RUNTIME.args ?? [])],
     cwd: ROOT,
     env: {
-      ...PLATFORM,
+      ...DEPLOY_PLATFORM,
       DENO_SERVE_ADDRESS: `tcp:127.0.0.1:${port}`,
       RATE_LIMIT: "5",
       NO_COLOR: "1",

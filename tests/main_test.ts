@@ -112,59 +112,101 @@ Deno.test("main.ts --listen serves from any working directory, logs without quer
   }
 });
 
+/** The words of `deno task compile`, from deno.json. */
+async function compileTask(): Promise<string[]> {
+  const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
+  return String(deno.tasks.compile).split(/\s+/);
+}
+
+/** The permission and unstable flags of `deno task compile`: what the binary is allowed at run time. */
+async function compiledFlags(): Promise<string[]> {
+  return (await compileTask()).filter((word) => /^--(allow|unstable)-/.test(word));
+}
+
+/** Runs `command` (the binary, or `deno run` with its flags) with the KV store in a fresh folder. */
+async function serveWithKv(command: string, args: string[]): Promise<{ kv: string }> {
+  const kv = join(Deno.makeTempDirSync(), "limits.sqlite");
+  const service = new Deno.Command(command, {
+    args,
+    cwd: Deno.makeTempDirSync(),
+    env: {
+      PORT: "0",
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "http://127.0.0.1",
+      RATE_LIMIT_STORE: "kv",
+      KV_PATH: kv,
+      NO_COLOR: "1",
+    },
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  try {
+    const { url, rest } = await listeningAddress(service.stderr);
+    for (const path of ["/developers", "/api/v1/platform"]) {
+      const response = await fetch(`${url}${path}`);
+      assert.equal(response.status, 200, path);
+      assert.equal(response.headers.get("ratelimit-remaining") !== null, true, path);
+      if (path === "/developers") assert.match(await response.text(), /<!doctype html>/i);
+      else await response.body?.cancel();
+    }
+    service.kill("SIGTERM");
+    assert.equal((await service.status).code, 0);
+    const events = (await rest).trim().split("\n").map((line) => JSON.parse(line));
+    assert.deepEqual(events.filter((e) => e.level !== "info"), [], "no warning, no error");
+    assert.ok(Deno.statSync(kv).isFile, "the KV database is written at KV_PATH");
+    return { kv };
+  } finally {
+    try {
+      service.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await service.status;
+  }
+}
+
+Deno.test("the compile task's permissions and unstable flags are enough to serve with the KV store at KV_PATH", async () => {
+  const flags = await compiledFlags();
+  for (
+    const flag of ["--allow-net", "--allow-env", "--allow-read", "--allow-write", "--unstable-kv"]
+  ) {
+    assert.ok(flags.includes(flag), `${flag} in the compile task`);
+  }
+  // The same permissions under deno run, from any working directory (the binary cannot be built here
+  // without a runtime base; this checks what it will be allowed).
+  await serveWithKv(Deno.execPath(), ["run", "--no-prompt", ...flags, MAIN, "--listen"]);
+});
+
 const DENORT = Deno.env.get("DENORT_BIN");
 Deno.test({
-  name: "deno task compile builds a binary that serves the embedded static files",
+  name: "deno task compile builds a binary that serves the embedded static files and the KV store",
   // Skipped where no runtime base is available: deno compile downloads denort from the internet.
   ignore: DENORT === undefined,
   async fn() {
     const out = join(Deno.makeTempDirSync(), "discovery");
+    const task = await compileTask();
+    assert.equal(task[task.indexOf("--output") + 1], "dist/discovery");
+    task[task.indexOf("--output") + 1] = out;
+    assert.deepEqual(task.slice(0, 2), ["deno", "compile"]);
     const compile = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "compile",
-        "--allow-net",
-        "--allow-env",
-        "--allow-read",
-        "--include",
-        "static",
-        "--output",
-        out,
-        MAIN,
-        "--listen",
-      ],
+      args: task.slice(1),
       cwd: ROOT,
       stdout: "piped",
       stderr: "piped",
     }).output();
     assert.equal(compile.code, 0, new TextDecoder().decode(compile.stderr));
-    const binary = new Deno.Command(out, {
-      cwd: Deno.makeTempDirSync(),
-      env: { PORT: "0", HOSTNAME: "127.0.0.1", PUBLIC_BASE_URL: "http://127.0.0.1" },
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    try {
-      const { url } = await listeningAddress(binary.stderr);
-      const response = await fetch(`${url}/developers`);
-      assert.equal(response.status, 200);
-      assert.match(await response.text(), /<!DOCTYPE html>/);
-    } finally {
-      binary.kill("SIGTERM");
-      await binary.status;
-    }
+    await serveWithKv(out, []);
   },
 });
 if (DENORT === undefined) {
   // deno-lint-ignore no-console
   console.log(
-    "compile test skipped: no denort base offline; set DENORT_BIN to a denort binary of this Deno version to run it",
+    "compile test skipped: deno compile needs a denort base for Deno 2.9.6, which is downloaded from dl.deno.land (offline here) and shipped by no npm package; set DENORT_BIN to one to run it",
   );
 }
 
 Deno.test("the compile task embeds static/, which the service needs at start-up", async () => {
-  const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
-  assert.match(deno.tasks.compile, /--include static /);
-  assert.match(deno.tasks.compile, / main\.ts --listen$/);
+  const task = (await compileTask()).join(" ");
+  assert.match(task, /--include static /);
+  assert.match(task, / main\.ts --listen$/);
 });
 
 Deno.test("main.ts --listen on a taken port says so in one line and exits 1", async () => {
@@ -343,6 +385,60 @@ Deno.test("deno task start:kv serves on the KV store with read and write granted
     assert.ok(Deno.statSync(join(dir, "limits.sqlite")).isFile);
   } finally {
     process.kill("SIGTERM");
+    await process.status;
+  }
+});
+
+Deno.test("under deno serve on a unix socket, main.ts warns once on stderr that callers without an address share one budget", async () => {
+  const dir = Deno.makeTempDirSync();
+  const socket = join(dir, "discovery.sock");
+  const process = new Deno.Command(Deno.execPath(), {
+    // Listening on a unix socket needs read and write access to its path.
+    args: [
+      "serve",
+      "--allow-net",
+      "--allow-env",
+      `--allow-read=${join(ROOT, "static")},${dir}`,
+      `--allow-write=${dir}`,
+      MAIN,
+    ],
+    cwd: ROOT,
+    env: {
+      DENO_SERVE_ADDRESS: `unix:${socket}`,
+      PUBLIC_BASE_URL: "https://discovery.example.com",
+      ACCESS_LOG: "false",
+      NO_COLOR: "1",
+    },
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const stderr = new Response(process.stderr).text();
+  const client = Deno.createHttpClient({ proxy: { transport: "unix", path: socket } });
+  try {
+    const statuses: number[] = [];
+    for (let attempt = 0; attempt < 200 && statuses.length < 3; attempt++) {
+      try {
+        const response = await fetch("http://localhost/llms.txt", { client });
+        await response.body?.cancel();
+        statuses.push(response.status);
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+    assert.deepEqual(statuses, [200, 200, 200]);
+    process.kill("SIGTERM");
+    await process.status;
+    const warnings = (await stderr).split("\n").filter((line) => line.includes("no IP address"));
+    assert.equal(warnings.length, 1, await stderr);
+    const warning = JSON.parse(warnings[0]!);
+    assert.equal(warning.level, "error");
+    assert.match(warning.message, /ONE rate-limit budget/);
+    assert.match(warning.message, /TRUSTED_PROXIES=unix/);
+  } finally {
+    client.close();
+    try {
+      process.kill("SIGKILL");
+    } catch { /* already exited */ }
     await process.status;
   }
 });

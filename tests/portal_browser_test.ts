@@ -23,24 +23,15 @@
 /// <reference lib="deno.ns" />
 
 import assert from "node:assert/strict";
+import { CHROMIUM, chromiumPresent, LAUNCH_ARGS, skipBrowserTests } from "./_chromium.ts";
 import { join } from "node:path";
 import axe from "axe-core";
 import { type Browser, chromium, type Page } from "playwright-core";
-import { createHandler, type Handler } from "../lib/app.ts";
+import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { loadContent } from "../lib/pages/content.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const LAUNCH_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-  "--no-first-run",
-];
 const AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"];
 const SCREENSHOTS = join(import.meta.dirname ?? ".", "screenshots");
 
@@ -72,21 +63,7 @@ const VIEWS: ReadonlyArray<
   { width: 320, scheme: "light", screenshot: false, axe: true },
 ];
 
-function browserPresent(): boolean {
-  try {
-    return Deno.statSync(CHROMIUM).isFile;
-  } catch {
-    return false;
-  }
-}
-
-const inCi = Deno.env.get("CI") === "true";
-const present = browserPresent();
-if (!present && !inCi) {
-  console.log(
-    `portal browser tests skipped: ${CHROMIUM} is absent (apt-get install -y chromium to run them)`,
-  );
-}
+const skipped = skipBrowserTests("portal browser tests");
 
 /** Starts the real handler on an ephemeral port, with links built for that port. */
 function startServer(): { origin: string; server: Deno.HttpServer } {
@@ -208,20 +185,23 @@ async function axeViolations(page: Page): Promise<string[]> {
 Deno.test({
   name:
     "the portal pages load, link, fit and pass axe at WCAG 2.1 AA in Chromium, light and dark, 320 to 1280 px",
-  ignore: !present && !inCi,
+  ignore: skipped,
   // Playwright keeps a child process, pipes and timers of its own between steps; they are closed by
   // browser.close() in `finally`, which the sanitizers cannot see as belonging to this test.
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    assert.ok(present, `${CHROMIUM} is absent; CI must install it (apt-get install -y chromium)`);
+    assert.ok(
+      chromiumPresent(),
+      `${CHROMIUM} is absent; CI must install it (apt-get install -y chromium)`,
+    );
     const started = performance.now();
     const { origin, server } = startServer();
     let browser: Browser | undefined;
     const checked = new Map<string, number>();
     const problems: string[] = [];
     try {
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: LAUNCH_ARGS });
+      browser = await chromium.launch({ executablePath: CHROMIUM, args: [...LAUNCH_ARGS] });
 
       // The audit must be able to fail: on a page with known faults it reports them.
       const probe = await browser.newPage();

@@ -7,11 +7,11 @@
  */
 
 import assert from "node:assert/strict";
-import { createHandler, type Handler } from "../lib/app.ts";
+import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
-import { linkHeader, pageLinks, renderPage } from "../lib/layout.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { loadContent } from "../lib/pages/content.ts";
+import { linkHeader, pageLinks, renderPage } from "../lib/pages/layout.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 
 const BASE = "https://portal.example";
 const INFO = { remoteAddr: { transport: "tcp", hostname: "192.0.2.1", port: 4000 } } as const;

@@ -11,9 +11,9 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { createHandler } from "../lib/app.ts";
-import { type Encoding, preferredEncoding, preferredType } from "../lib/negotiate.ts";
-import { MemoryStore } from "../lib/rate_limit.ts";
+import { createHandler } from "../lib/handler.ts";
+import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
+import { MemoryStore } from "../lib/limit/memory.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
 

@@ -7,19 +7,21 @@
 
 import assert from "node:assert/strict";
 import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/content.ts";
+import { loadContent } from "../lib/pages/content.ts";
 import { buildRoutes, discoveryFields } from "../lib/routes.ts";
 
-function setup(env: Parameters<typeof recordEnv>[0] = {}) {
+async function setup(env: Parameters<typeof recordEnv>[0] = {}) {
   const loaded = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://d.example.com", ...env }));
   if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
   const content = loadContent(loaded.config);
   if (!content.ok) throw new Error(content.errors.join("\n"));
+  // Pages are built with the Markdown renderer, which the handler loads before a page's first answer.
+  await content.content.prepareMarkdown();
   return { config: loaded.config as Config, routes: buildRoutes(loaded.config, content.content) };
 }
 
-Deno.test("buildRoutes() has every public path with its default and Markdown types", () => {
-  const { routes } = setup();
+Deno.test("buildRoutes() has every public path with its default and Markdown types", async () => {
+  const { routes } = await setup();
   const cases: Array<[string, string, string]> = [
     ["/api/v1/platform", "application/json", "text/markdown; charset=utf-8"],
     ["/developers", "text/html; charset=utf-8", "text/markdown; charset=utf-8"],
@@ -52,29 +54,29 @@ Deno.test("buildRoutes() has every public path with its default and Markdown typ
   }
 });
 
-Deno.test("aliases share their representation", () => {
-  const { routes } = setup();
+Deno.test("aliases share their representation", async () => {
+  const { routes } = await setup();
   assert.equal(routes.get("/api")!.pick(null), routes.get("/developers")!.pick(null));
   assert.equal(routes.get("/openapi")!.pick(null), routes.get("/openapi.json")!.pick(null));
 });
 
-Deno.test("discoveryFields() links the deprecation policy, and adds Deprecation and Sunset only when announced", () => {
-  const plain = discoveryFields(setup().config);
+Deno.test("discoveryFields() links the deprecation policy, and adds Deprecation and Sunset only when announced", async () => {
+  const plain = discoveryFields((await setup()).config);
   assert.deepEqual(plain, [[
     "link",
     '<https://d.example.com/developers/deprecation-policy>; rel="deprecation"; type="text/html"',
   ]]);
   const announced = Object.fromEntries(
     discoveryFields(
-      setup({ DEPRECATION_DATE: "2027-01-01", SUNSET_DATE: "2027-04-01T12:00:00Z" }).config,
+      (await setup({ DEPRECATION_DATE: "2027-01-01", SUNSET_DATE: "2027-04-01T12:00:00Z" })).config,
     ),
   );
   assert.equal(announced.deprecation, "@1798761600");
   assert.equal(announced.sunset, "Thu, 01 Apr 2027 12:00:00 GMT");
 });
 
-Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and service-doc", () => {
-  const { routes } = setup();
+Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and service-doc", async () => {
+  const { routes } = await setup();
   const body = JSON.parse(
     new TextDecoder().decode(
       routes.get("/.well-known/api-catalog")!.pick(null).variants.identity.body,

@@ -10,12 +10,14 @@
  * @module
  */
 
-import { type AccessRecord, createHandler } from "../../lib/app.ts";
+import type { AccessRecord } from "../../lib/access_log.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { formatAccessRecord } from "../../lib/access_log.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { memoize, preferredEncoding, preferredType } from "../../lib/negotiate.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { memoize, preferredEncoding, preferredType } from "../../lib/http/negotiate.ts";
+import { policyOf } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
 
 const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));
@@ -23,7 +25,7 @@ if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
 const content = loadContent(config);
 if (!content.ok) throw new Error(content.errors.join("; "));
-const policy = { limit: config.rateLimit, windowMs: config.rateLimitWindowSeconds * 1000 };
+const policy = policyOf(config);
 const store = new MemoryStore(policy, { sweep: false });
 let records = 0;
 const handler = createHandler({ config, content: content.content, store });

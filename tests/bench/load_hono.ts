@@ -14,10 +14,10 @@
 
 import { Hono } from "hono";
 import { rateLimiter } from "hono-rate-limiter";
-import { createHandler } from "../../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { denoEnv, loadConfig } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
 
 const loaded = loadConfig(denoEnv());
 if (!loaded.ok) throw new Error(loaded.errors.join("; "));

@@ -15,11 +15,12 @@
  */
 // deno-lint-ignore-file no-console
 
-import { createHandler } from "../../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { MemoryStore } from "../../lib/rate_limit.ts";
-import { sendableBody } from "../../lib/response_cache.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { policyOf } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 
 /** The configuration and a handler of the service under `env` (the benchmark's plus a scenario's). */
@@ -29,10 +30,7 @@ function service(extra: Record<string, string> = {}) {
   const config: Config = loaded.config;
   const contentResult = loadContent(config);
   if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
-  const store = new MemoryStore({
-    limit: config.rateLimit,
-    windowMs: config.rateLimitWindowSeconds * 1000,
-  }, { sweep: false });
+  const store = new MemoryStore(policyOf(config), { sweep: false });
   const handler = createHandler({ config, content: contentResult.content, store });
   return { config, contentResult, handler };
 }

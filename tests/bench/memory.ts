@@ -11,10 +11,10 @@
  */
 // deno-lint-ignore-file no-console
 
-import { createHandler } from "../../lib/app.ts";
+import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
-import { loadContent } from "../../lib/content.ts";
-import { MemoryStore, REBASE_AFTER_MS, SWEEP_INTERVAL_MS } from "../../lib/rate_limit.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import { MemoryStore, REBASE_AFTER_MS, SWEEP_INTERVAL_MS } from "../../lib/limit/memory.ts";
 
 const gc = (globalThis as { gc?: () => void }).gc;
 

@@ -8,7 +8,9 @@
  * are counted twice for Redis (the store's own counter in a direct run, and Redis `commandstats` for
  * the HTTP run) and by the store's counter for KV.
  *
- * Run: `deno task bench:stores` (needs wrk, taskset and redis-server; about 40 seconds). Options:
+ * KV and Redis run twice: `RATE_LIMIT_CONSISTENCY=exact` and `local-first`.
+ *
+ * Run: `deno task bench:stores` (needs wrk, taskset and redis-server; about 70 seconds). Options:
  * `--duration=8` seconds per store, `--connections=32`.
  *
  * @module
@@ -16,9 +18,9 @@
 // deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
-import type { RateLimitPolicy, RateLimitStore } from "../../lib/rate_limit.ts";
-import { KvStore } from "../../lib/rate_limit_kv.ts";
-import { openRedisStore } from "../../lib/rate_limit_redis.ts";
+import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
+import { KvStore } from "../../lib/limit/kv.ts";
+import { openRedisStore } from "../../lib/limit/redis.ts";
 import { freePort, startRedis, type TestRedis, waitForPort } from "../_redis.ts";
 
 const { values } = parseArgs({
@@ -180,8 +182,17 @@ const results: Result[] = [];
   const direct = new KvStore(await Deno.openKv(`${dir}/direct.sqlite3`), POLICY, { ownsKv: true });
   const perHit = await directRoundTrips(direct);
   direct.close();
-  await Deno.remove(dir, { recursive: true });
   results.push({ ...kv, roundTripsPerRequest: `${perHit.toFixed(2)} (get + atomic commit)` });
+  const local = await benchHttp("kv", {
+    KV_PATH: `${dir}/local.sqlite3`,
+    RATE_LIMIT_CONSISTENCY: "local-first",
+  });
+  await Deno.remove(dir, { recursive: true });
+  results.push({
+    ...local,
+    store: "kv local-first",
+    roundTripsPerRequest: "not counted here (one list per active caller per sync)",
+  });
 }
 
 {
@@ -193,6 +204,19 @@ const results: Result[] = [];
       () => run(["redis-cli", "-p", String(redis.port), "config", "resetstat"]),
     );
     const calls = await commandCalls(redis);
+    const local = await benchHttp(
+      "redis",
+      { REDIS_URL: redis.url, RATE_LIMIT_CONSISTENCY: "local-first" },
+      () => run(["redis-cli", "-p", String(redis.port), "config", "resetstat"]),
+    );
+    const localCalls = await commandCalls(redis);
+    results.push({
+      ...local,
+      store: "redis local-first",
+      roundTripsPerRequest: `${
+        (localCalls / local.requests).toFixed(4)
+      } by commandstats (${localCalls} EVAL for ${local.requests} requests)`,
+    });
     const direct = await openRedisStore(redis.url, POLICY, { prefix: "direct:" });
     const perHit = await directRoundTrips(direct);
     await direct.close();

@@ -1,0 +1,194 @@
+/**
+ * The fetch handler: caller key -> rate-limit decision -> route -> representation -> response.
+ *
+ * This module is that composition and nothing else. At start-up (`prepare`) it builds the route
+ * table, every response template (`respond/service_templates.ts`) and the response cache; per
+ * request it takes the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`,
+ * or its `peek` for a CORS preflight, `preflightDecision`), the route, the template that answers
+ * (`respond/choose.ts`) and a clone of its prebuilt response for that decision
+ * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
+ * 500 with the Error shape.
+ *
+ * @module
+ */
+
+import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
+import type { Config } from "./config.ts";
+import { isCorsPreflight, pathOf } from "./http/message.ts";
+import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
+import {
+  type Decision,
+  policyOf,
+  preflightDecision,
+  rateLimitConstants,
+  type RateLimitStore,
+  undecided,
+} from "./limit/decision.ts";
+import type { Content } from "./pages/content.ts";
+import { type Chooser, createChooser } from "./respond/choose.ts";
+import { forMethod } from "./respond/error_templates.ts";
+import {
+  createResponseCache,
+  type ResponseCache,
+  type ResponseCacheOptions,
+} from "./respond/response_cache.ts";
+import {
+  buildServiceTemplates,
+  type RouteTemplates,
+  type ServiceTemplates,
+} from "./respond/service_templates.ts";
+import { buildRoutes, once } from "./routes.ts";
+import { warmUp, type WarmUpOptions } from "./warm_up.ts";
+
+/** A fetch handler as `Deno.serve` calls it. */
+export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
+
+/** Options of {@linkcode createHandler}. */
+export interface HandlerOptions {
+  /** Validated configuration. */
+  config: Config;
+  /** Loaded content. */
+  content: Content;
+  /** Where rate-limit state lives. */
+  store: RateLimitStore;
+  /** Clock in ms since the epoch; defaults to `Date.now`. */
+  now?: () => number;
+  /** Receives one record per request; omitted means no access log. */
+  accessLog?: (record: AccessRecord) => void;
+  /** Receives unexpected errors (answered 500). */
+  onError?: (error: unknown) => void;
+  /**
+   * Called once, the first time a request's caller has no IP address (a unix-socket or vsock peer
+   * not trusted by `TRUSTED_PROXIES=unix`, or one that forwarded no client address): such requests
+   * share one rate-limit budget, which the operator must hear about.
+   */
+  onNoAddress?: () => void;
+  /** Options of the cache of prebuilt responses. */
+  responseCache?: ResponseCacheOptions;
+  /**
+   * Build every representation and compressed variant in the background, one per macrotask, starting
+   * `warmUp.delayMs` after start-up, so that later requests do not wait for them. Until then (and
+   * without a warm-up) each is built by the first request that needs it.
+   */
+  warmUp?: WarmUpOptions;
+}
+
+/**
+ * Builds the service's fetch handler.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { loadConfig, recordEnv } from "./config.ts";
+ * import { policyOf } from "./limit/decision.ts";
+ * import { MemoryStore } from "./limit/memory.ts";
+ * import { loadContent } from "./pages/content.ts";
+ * const loaded = loadConfig(recordEnv({}));
+ * assert(loaded.ok);
+ * const content = loadContent(loaded.config);
+ * assert(content.ok);
+ * const store = new MemoryStore(policyOf(loaded.config), { sweep: false });
+ * const handler = createHandler({ config: loaded.config, content: content.content, store });
+ * const response = await handler(new Request("http://localhost/api/v1/platform"), {
+ *   remoteAddr: { hostname: "192.0.2.1" },
+ * });
+ * assert.equal(response.status, 200);
+ * assert.equal(response.headers.get("ratelimit-remaining"), "59");
+ * ```
+ */
+export function createHandler(options: HandlerOptions): Handler {
+  const { store, now, templates, callerKeyOf, cache, choose, noDecision, record } = prepare(
+    options,
+  );
+  const onError = options.onError;
+
+  const answer = (request: Request, route: RouteTemplates | undefined, decision: Decision) =>
+    cache.respond(choose(request, route, decision), decision);
+
+  const handle = (
+    request: Request,
+    key: string,
+    started: number,
+    path: string,
+  ): Response | Promise<Response> => {
+    const route = templates.routes.get(path);
+    // A page's first request waits for the Markdown renderer to load (once per process).
+    if (route !== undefined && !route.ready) {
+      return route.prepare().then(() => handle(request, key, started, path));
+    }
+    if (isCorsPreflight(request.method, request.headers)) {
+      const preflight = (route ?? templates.unknownPath).preflight;
+      const granted = preflightDecision(store.peek(key, started));
+      return granted instanceof Promise
+        ? granted.then((decision) => cache.respond(preflight, decision))
+        : cache.respond(preflight, granted);
+    }
+    const decision = store.hit(key, started);
+    return decision instanceof Promise
+      ? decision.then((decided) => answer(request, route, decided))
+      : answer(request, route, decision);
+  };
+
+  const fail = (error: unknown, request: Request): Response => {
+    onError?.(error);
+    const path = templates.routes.get(pathOf(request.url)) ?? templates.unknownPath;
+    return cache.respond(forMethod(path.internalError, request.method), noDecision);
+  };
+
+  return (request, info) => {
+    const started = now();
+    const path = pathOf(request.url);
+    let key = "";
+    let result: Response | Promise<Response>;
+    try {
+      key = callerKeyOf(request.headers, info);
+      result = handle(request, key, started, path);
+    } catch (error) {
+      result = fail(error, request);
+    }
+    if (result instanceof Promise) {
+      return result.catch((error) => fail(error, request)).then((response) => {
+        record?.(request.method, path, key, started, response.status);
+        return response;
+      });
+    }
+    record?.(request.method, path, key, started, result.status);
+    return result;
+  };
+}
+
+/** What {@linkcode createHandler} builds once, at start-up. */
+interface Prepared {
+  store: RateLimitStore;
+  now: () => number;
+  templates: ServiceTemplates;
+  callerKeyOf: (headers: Pick<Headers, "get">, info: PeerInfo) => string;
+  cache: ResponseCache;
+  choose: Chooser;
+  /** What a 500 reports when no decision was made. */
+  noDecision: Decision;
+  record: AccessRecorder | undefined;
+}
+
+/** Builds the route table, every template, the caller key, the response cache and the recorder. */
+function prepare(options: HandlerOptions): Prepared {
+  const { config, content } = options;
+  const now = options.now ?? Date.now;
+  const table = buildRoutes(config, content);
+  const templates = buildServiceTemplates(config, { site: content.site, routes: table });
+  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
+  return {
+    store: options.store,
+    now,
+    templates,
+    callerKeyOf: createCallerKey({
+      trustedProxies: config.trustedProxies,
+      forwardedHeader: config.forwardedHeader,
+      ...(options.onNoAddress ? { onNoAddress: once(options.onNoAddress) } : {}),
+    }),
+    cache: createResponseCache(rateLimitConstants(policyOf(config)), options.responseCache),
+    choose: createChooser(templates),
+    noDecision: undecided(policyOf(config)),
+    record: options.accessLog ? createAccessRecorder(options.accessLog, now) : undefined,
+  };
+}

@@ -1,0 +1,387 @@
+/**
+ * Who is calling: the rate-limit key of a request and the truncated address the access log keeps.
+ *
+ * The caller is the connection's peer address. Forwarded headers are believed only when the peer is a
+ * trusted proxy, and are walked from the right so that a client cannot choose its own key by
+ * prepending addresses. IPv4-mapped IPv6 addresses are unwrapped, and IPv6 is grouped by /64, the
+ * smallest block a single subscriber is normally given.
+ *
+ * A peer with no IP address (a unix socket or vsock: a proxy on the same host) says nothing about the
+ * caller. Its forwarded header is believed when `TRUSTED_PROXIES` lists `unix`; a request whose caller
+ * still has no address is keyed {@linkcode NO_ADDRESS_KEY}, one budget shared by all such requests, and
+ * `onNoAddress` is told so that the service can warn.
+ *
+ * @module
+ */
+
+/** Which forwarded header carries the client address when the peer is a trusted proxy. */
+export type ForwardedHeader = "x-forwarded-for" | "forwarded";
+
+/** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
+export type IpBytes = Uint8Array;
+
+/** A set of CIDR ranges, matched by {@linkcode cidrSetHas}, and whether peers without an IP belong. */
+export interface CidrSet {
+  /** The ranges: network bytes and prefix length. */
+  readonly ranges: ReadonlyArray<{ bytes: IpBytes; prefix: number }>;
+  /** Whether a peer with no IP address (unix socket, vsock) is in the set: the entry `unix`. */
+  readonly unix?: boolean;
+}
+
+/**
+ * The key of every request whose caller has no IP address: a unix-socket or vsock peer that is not
+ * trusted, or a trusted one that forwarded no usable client address. One budget for all of them.
+ */
+export const NO_ADDRESS_KEY = "unix";
+
+/** The peer address of a connection, as `Deno.ServeHandlerInfo` gives it. */
+export interface PeerInfo {
+  /** The remote address; only `hostname` is used. */
+  remoteAddr: { hostname: string } | Deno.Addr;
+}
+
+/** Options of {@linkcode callerKey}. */
+export interface CallerOptions {
+  /** Peers whose forwarded header is believed. */
+  trustedProxies: CidrSet;
+  /** Which forwarded header those peers set. */
+  forwardedHeader: ForwardedHeader;
+  /** Called each time a request is keyed {@linkcode NO_ADDRESS_KEY}. */
+  onNoAddress?: () => void;
+}
+
+/**
+ * Parses an IPv4 or IPv6 address (no brackets, no port, an optional IPv6 zone is ignored).
+ *
+ * @returns the bytes, or `undefined` if `text` is not an address
+ */
+export function parseIp(text: string): IpBytes | undefined {
+  return text.includes(":") ? parseIpv6(text) : parseIpv4(text);
+}
+
+function parseIpv4(text: string): IpBytes | undefined {
+  const parts = text.split(".");
+  if (parts.length !== 4) return undefined;
+  const bytes = new Uint8Array(4);
+  for (let i = 0; i < 4; i++) {
+    const part = parts[i]!;
+    // Leading zeros are refused: some parsers read them as octal.
+    if (!/^(0|[1-9]\d{0,2})$/.test(part)) return undefined;
+    const value = Number(part);
+    if (value > 255) return undefined;
+    bytes[i] = value;
+  }
+  return bytes;
+}
+
+function parseIpv6(input: string): IpBytes | undefined {
+  const zone = input.indexOf("%");
+  const text = zone === -1 ? input : input.slice(0, zone);
+  const halves = text.split("::");
+  if (halves.length > 2) return undefined;
+  const words = (half: string): number[] | undefined => {
+    if (half === "") return [];
+    const out: number[] = [];
+    const groups = half.split(":");
+    for (let i = 0; i < groups.length; i++) {
+      const group = groups[i]!;
+      if (i === groups.length - 1 && group.includes(".")) {
+        const v4 = parseIpv4(group);
+        if (!v4) return undefined;
+        out.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
+      } else if (/^[0-9a-fA-F]{1,4}$/.test(group)) {
+        out.push(parseInt(group, 16));
+      } else {
+        return undefined;
+      }
+    }
+    return out;
+  };
+  const head = words(halves[0]!);
+  const tail = halves.length === 2 ? words(halves[1]!) : [];
+  if (!head || !tail) return undefined;
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
+  const all = [...head, ...new Array<number>(missing).fill(0), ...tail];
+  const bytes = new Uint8Array(16);
+  all.forEach((word, i) => {
+    bytes[2 * i] = word >> 8;
+    bytes[2 * i + 1] = word & 0xff;
+  });
+  return bytes;
+}
+
+/** Unwraps an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) to IPv4; other addresses are returned as they are. */
+export function unmapIpv4(bytes: IpBytes): IpBytes {
+  if (bytes.length !== 16) return bytes;
+  for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
+  if (bytes[10] !== 0xff || bytes[11] !== 0xff) return bytes;
+  return bytes.slice(12);
+}
+
+/**
+ * Parses a comma-separated list of addresses and CIDR ranges (`10.0.0.0/8, ::1, 2001:db8::/32`); the
+ * entry `unix` stands for peers with no IP address (unix sockets, vsock).
+ *
+ * @returns the set, and the entries that could not be parsed
+ */
+export function parseCidrSet(list: string): { set: CidrSet; invalid: string[] } {
+  const ranges: Array<{ bytes: IpBytes; prefix: number }> = [];
+  const invalid: string[] = [];
+  let unix = false;
+  for (const raw of list.split(",")) {
+    const entry = raw.trim();
+    if (entry === "") continue;
+    if (entry.toLowerCase() === NO_ADDRESS_KEY) {
+      unix = true;
+      continue;
+    }
+    const [address = "", prefixText, extra] = entry.split("/");
+    const parsed = parseIp(address);
+    if (!parsed || extra !== undefined) {
+      invalid.push(entry);
+      continue;
+    }
+    const bytes = unmapIpv4(parsed);
+    const max = bytes.length * 8;
+    const mappedShift = parsed.length - bytes.length === 12 ? 96 : 0;
+    const prefix = prefixText === undefined
+      ? max
+      : /^\d{1,3}$/.test(prefixText)
+      ? Number(prefixText) - mappedShift
+      : NaN;
+    if (!(prefix >= 0 && prefix <= max)) {
+      invalid.push(entry);
+      continue;
+    }
+    ranges.push({ bytes, prefix });
+  }
+  return { set: unix ? { ranges, unix } : { ranges }, invalid };
+}
+
+/** Whether `bytes` (already unmapped) lies in one of the ranges of `set`. */
+export function cidrSetHas(set: CidrSet, bytes: IpBytes): boolean {
+  for (const { bytes: net, prefix } of set.ranges) {
+    if (net.length !== bytes.length) continue;
+    const whole = prefix >> 3;
+    let inside = true;
+    for (let i = 0; i < whole; i++) {
+      if (net[i] !== bytes[i]) {
+        inside = false;
+        break;
+      }
+    }
+    if (!inside) continue;
+    const rest = prefix & 7;
+    if (rest === 0) return true;
+    const mask = (0xff << (8 - rest)) & 0xff;
+    if (((net[whole]! ^ bytes[whole]!) & mask) === 0) return true;
+  }
+  return false;
+}
+
+/**
+ * The rate-limit key of an address: the IPv4 address in dotted form, or the IPv6 /64 prefix as
+ * `xxxx:xxxx:xxxx:xxxx::/64` (four full hextets, so that every spelling of one network gives one key).
+ */
+export function keyOfIp(bytes: IpBytes): string {
+  if (bytes.length === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
+  let key = "";
+  for (let i = 0; i < 8; i += 2) {
+    key += ((bytes[i]! << 8) | bytes[i + 1]!).toString(16).padStart(4, "0") + ":";
+  }
+  return `${key}:/64`;
+}
+
+/**
+ * The 32-bit value of a canonical dotted IPv4 address (no leading zeros, as {@linkcode keyOfIp}
+ * writes it), or `undefined` for any other text. A caller key that has a value is an IPv4 address.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(ipv4Value("192.0.2.1"), 0xc0000201 | 0);
+ * assert.equal(ipv4Value("192.0.2.01"), undefined);
+ * ```
+ */
+export function ipv4Value(key: string): number | undefined {
+  const length = key.length;
+  if (length < 7 || length > 15) return undefined;
+  let value = 0;
+  let part = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = 0; i < length; i++) {
+    const c = key.charCodeAt(i);
+    if (c >= 48 && c <= 57) {
+      // A leading zero is refused ("010"): that spelling is not canonical.
+      if (digits === 1 && part === 0) return undefined;
+      part = part * 10 + (c - 48);
+      digits++;
+    } else if (c === 46 && digits > 0 && part <= 255 && dots < 3) {
+      value = (value << 8) | part;
+      part = 0;
+      digits = 0;
+      dots++;
+    } else {
+      return undefined;
+    }
+  }
+  if (dots !== 3 || digits === 0 || part > 255) return undefined;
+  return (value << 8) | part;
+}
+
+/**
+ * The rate-limit key of a request.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const options = { trustedProxies: parseCidrSet("").set, forwardedHeader: "x-forwarded-for" } as const;
+ * const peer = { remoteAddr: { hostname: "2001:db8:1:2:3:4:5:6" } };
+ * assert.equal(callerKey(new Headers(), peer, options), "2001:0db8:0001:0002::/64");
+ * ```
+ */
+export function callerKey(
+  headers: Pick<Headers, "get">,
+  info: PeerInfo,
+  options: CallerOptions,
+): string {
+  const addr = info.remoteAddr;
+  if (!("hostname" in addr)) return noAddressKey(headers, options);
+  const hostname = addr.hostname;
+  // The common case, a plain IPv4 peer and no trusted proxies, needs no parsing.
+  if (options.trustedProxies.ranges.length === 0 && !hostname.includes(":")) return hostname;
+  const peer = parseIp(hostname);
+  if (!peer) return hostname;
+  const bytes = unmapIpv4(peer);
+  if (options.trustedProxies.ranges.length === 0 || !cidrSetHas(options.trustedProxies, bytes)) {
+    return keyOfIp(bytes);
+  }
+  return keyOfIp(forwardedClient(headers, bytes, options)!);
+}
+
+/** The key of a request from a peer with no IP address (see the module comment). */
+function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): string {
+  const client = options.trustedProxies.unix
+    ? forwardedClient(headers, undefined, options)
+    : undefined;
+  if (client !== undefined) return keyOfIp(client);
+  options.onNoAddress?.();
+  return NO_ADDRESS_KEY;
+}
+
+/** Most peer addresses a {@linkcode createCallerKey} function remembers; beyond it it starts again. */
+const PEER_MEMO_LIMIT = 4096;
+
+/**
+ * A {@linkcode callerKey} for fixed options, for the hot path: it remembers what it learnt about each
+ * peer address (its key, whether it is a trusted proxy), and takes a single `X-Forwarded-For` entry
+ * that is already a canonical IPv4 address as the key without parsing it. Every answer equals
+ * `callerKey(headers, info, options)`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const keyOf = createCallerKey({ trustedProxies: parseCidrSet("10.0.0.0/8").set, forwardedHeader: "x-forwarded-for" });
+ * const proxy = { remoteAddr: { hostname: "10.0.0.1" } };
+ * assert.equal(keyOf(new Headers({ "x-forwarded-for": "192.0.2.7" }), proxy), "192.0.2.7");
+ * ```
+ */
+export function createCallerKey(
+  options: CallerOptions,
+): (headers: Pick<Headers, "get">, info: PeerInfo) => string {
+  if (options.trustedProxies.ranges.length === 0) {
+    return (headers, info) => callerKey(headers, info, options);
+  }
+  const peers = new Map<string, { key: string; trusted: boolean }>();
+  const xff = options.forwardedHeader === "x-forwarded-for";
+  return (headers, info) => {
+    const addr = info.remoteAddr;
+    if (!("hostname" in addr)) return noAddressKey(headers, options);
+    const hostname = addr.hostname;
+    let peer = peers.get(hostname);
+    if (peer === undefined) {
+      const parsed = parseIp(hostname);
+      const bytes = parsed && unmapIpv4(parsed);
+      peer = bytes
+        ? { key: keyOfIp(bytes), trusted: cidrSetHas(options.trustedProxies, bytes) }
+        : { key: hostname, trusted: false };
+      if (peers.size >= PEER_MEMO_LIMIT) peers.clear();
+      peers.set(hostname, peer);
+    }
+    if (!peer.trusted) return peer.key;
+    if (xff) {
+      // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
+      // or not, and its key is itself.
+      const value = headers.get("x-forwarded-for");
+      if (value !== null && ipv4Value(value) !== undefined) return value;
+    }
+    return callerKey(headers, info, options);
+  };
+}
+
+/**
+ * Walks the forwarded chain from the right, past trusted proxies, to the first address that is not
+ * one. An unparseable entry stops the walk at the proxy that relayed it: nobody can be keyed by a
+ * string of their choosing. `peer` is undefined for a peer with no IP address: then so is the
+ * answer when the header names no address.
+ */
+function forwardedClient(
+  headers: Pick<Headers, "get">,
+  peer: IpBytes | undefined,
+  options: CallerOptions,
+): IpBytes | undefined {
+  const value = headers.get(options.forwardedHeader);
+  if (value === null) return peer;
+  const entries = options.forwardedHeader === "forwarded" ? forwardedFor(value) : value.split(",");
+  let client = peer;
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const parsed = parseHostPort(entries[i]!.trim());
+    if (!parsed) return client;
+    client = unmapIpv4(parsed);
+    if (!cidrSetHas(options.trustedProxies, client)) return client;
+  }
+  return client;
+}
+
+/** The `for=` values of a `Forwarded` header (RFC 7239), in order. */
+function forwardedFor(value: string): string[] {
+  const out: string[] = [];
+  for (const element of value.split(",")) {
+    let found = "";
+    for (const pair of element.split(";")) {
+      const eq = pair.indexOf("=");
+      if (eq !== -1 && pair.slice(0, eq).trim().toLowerCase() === "for") {
+        found = pair.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1");
+      }
+    }
+    out.push(found);
+  }
+  return out;
+}
+
+/** Parses `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1` or `[2001:db8::1]:80`. */
+function parseHostPort(text: string): IpBytes | undefined {
+  if (text.startsWith("[")) {
+    const end = text.indexOf("]");
+    return end === -1 ? undefined : parseIpv6(text.slice(1, end));
+  }
+  const colons = text.split(":").length - 1;
+  if (colons === 1) return parseIpv4(text.slice(0, text.indexOf(":")));
+  return parseIp(text);
+}
+
+/**
+ * The address the access log keeps: IPv4 truncated to /24 (`192.0.2.0`), IPv6 to /48 (`2001:db8:1::`).
+ * The log never holds a full client address.
+ */
+export function truncatedAddress(hostname: string): string {
+  const parsed = parseIp(hostname);
+  if (!parsed) return "unknown";
+  const bytes = unmapIpv4(parsed);
+  if (bytes.length === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.0`;
+  const words: string[] = [];
+  for (let i = 0; i < 6; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
+  return `${words.join(":")}::`;
+}

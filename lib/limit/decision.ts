@@ -1,0 +1,222 @@
+/**
+ * The sliding-log decision every rate-limit store makes, and the header fields that report it.
+ *
+ * A caller is admitted when fewer than `limit` of its counted requests lie in the last `window`
+ * milliseconds (a sliding log: no estimate, no fixed buckets). Requests answered 429 are not counted.
+ * State lives behind {@linkcode RateLimitStore} so that several instances can share it; every store
+ * (memory, Deno KV, Redis) decides with {@linkcode decide} and reports with {@linkcode peekDecision}.
+ *
+ * @module
+ */
+
+/** The limit and window every caller gets. */
+export interface RateLimitPolicy {
+  /** Requests admitted in any window. */
+  limit: number;
+  /** Window length in milliseconds (a whole number of seconds). */
+  windowMs: number;
+}
+
+/** The outcome of one rate-limit look-up. */
+export interface Decision {
+  /** Whether the request is admitted (and was counted). */
+  allowed: boolean;
+  /** Requests left in the window after this one. */
+  remaining: number;
+  /** Delta seconds until the oldest counted request leaves the window, rounded up; 0 if none is counted. */
+  resetSeconds: number;
+  /** Set when the store could not decide and the request was refused by the failure policy. */
+  unavailable?: true;
+}
+
+/**
+ * Where rate-limit state lives. `hit` counts the request when it is admitted; `peek` only reports.
+ * Both may answer synchronously, so that the in-memory store costs no promise on the hot path.
+ */
+export interface RateLimitStore {
+  /** Decides on a request of `key` at time `now` (ms since the epoch) and counts it if admitted. */
+  hit(key: string, now: number): Decision | Promise<Decision>;
+  /** Reports the state of `key` at `now` without counting anything. */
+  peek(key: string, now: number): Decision | Promise<Decision>;
+  /** Releases timers and connections. */
+  close(): void | Promise<void>;
+}
+
+/**
+ * Converts the delta until the oldest counted request leaves the window into whole seconds, rounded up.
+ */
+export function resetSecondsOf(oldest: number, now: number, windowMs: number): number {
+  return Math.max(0, Math.ceil((oldest + windowMs - now) / 1000));
+}
+
+/**
+ * The pure sliding-log decision over a caller's counted timestamps (ascending, all inside the window).
+ * Reset counts from the oldest request counted once this one is: `now` itself when the clock has
+ * stepped back behind `oldest`.
+ *
+ * @returns the decision; the caller adds `now` to its log when `allowed`
+ */
+export function decide(
+  count: number,
+  oldest: number | undefined,
+  now: number,
+  policy: RateLimitPolicy,
+): Decision {
+  if (count < policy.limit) {
+    const first = oldest === undefined ? now : Math.min(oldest, now);
+    return {
+      allowed: true,
+      remaining: policy.limit - count - 1,
+      resetSeconds: resetSecondsOf(first, now, policy.windowMs),
+    };
+  }
+  return {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: resetSecondsOf(oldest ?? now, now, policy.windowMs),
+  };
+}
+
+/**
+ * What a look-up without counting reports, given the caller's live count and oldest timestamp: the
+ * same answer as `MemoryStore.peek`.
+ */
+export function peekDecision(
+  count: number,
+  oldest: number | undefined,
+  now: number,
+  policy: RateLimitPolicy,
+): Decision {
+  if (count === 0 || oldest === undefined) {
+    return { allowed: true, remaining: policy.limit, resetSeconds: 0 };
+  }
+  return {
+    allowed: count < policy.limit,
+    remaining: Math.max(0, policy.limit - count),
+    resetSeconds: resetSecondsOf(oldest, now, policy.windowMs),
+  };
+}
+
+/** Inserts `t` into the ascending `log` after every timestamp not above it. */
+export function insertInOrder(log: number[], t: number): void {
+  let i = log.length;
+  while (i > 0 && log[i - 1]! > t) i--;
+  log.splice(i, 0, t);
+}
+
+/** The settings a policy is made of, as the configuration names them. */
+export interface PolicySettings {
+  /** Requests admitted per caller in any window. */
+  rateLimit: number;
+  /** Window length in seconds. */
+  rateLimitWindowSeconds: number;
+}
+
+/**
+ * The rate-limit policy of the configuration's settings.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(policyOf({ rateLimit: 60, rateLimitWindowSeconds: 60 }), {
+ *   limit: 60,
+ *   windowMs: 60_000,
+ * });
+ * ```
+ */
+export function policyOf(settings: PolicySettings): RateLimitPolicy {
+  return { limit: settings.rateLimit, windowMs: settings.rateLimitWindowSeconds * 1000 };
+}
+
+/** Builds the `RateLimit-Policy` value: `"default";q=60;w=60`. */
+export function policyHeader(policy: RateLimitPolicy): string {
+  return `"default";q=${policy.limit};w=${Math.round(policy.windowMs / 1000)}`;
+}
+
+/** The values of the rate-limit fields that are the same on every response. */
+export interface RateLimitConstants {
+  /** `RateLimit-Policy`. */
+  policy: string;
+  /** `RateLimit-Limit`. */
+  limit: string;
+}
+
+/**
+ * The rate-limit field values that are the same on every response of `policy`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(rateLimitConstants({ limit: 60, windowMs: 60_000 }), {
+ *   policy: '"default";q=60;w=60',
+ *   limit: "60",
+ * });
+ * ```
+ */
+export function rateLimitConstants(policy: RateLimitPolicy): RateLimitConstants {
+  return { policy: policyHeader(policy), limit: String(policy.limit) };
+}
+
+/**
+ * The five rate-limit fields of `decision` (and `Retry-After` when it was refused), in the order they
+ * are sent.
+ */
+export function rateLimitFields(
+  decision: Decision,
+  constants: RateLimitConstants,
+): Array<readonly [string, string]> {
+  const remaining = String(decision.remaining);
+  const reset = String(decision.resetSeconds);
+  const fields: Array<readonly [string, string]> = [
+    ["ratelimit-policy", constants.policy],
+    ["ratelimit", `"default";r=${remaining};t=${reset}`],
+    ["ratelimit-limit", constants.limit],
+    ["ratelimit-remaining", remaining],
+    ["ratelimit-reset", reset],
+  ];
+  if (!decision.allowed) fields.push(["retry-after", reset]);
+  return fields;
+}
+
+/**
+ * The decision on a CORS preflight, from the store's `peek` (a preflight is the browser asking
+ * permission, not the caller's request: looked at, never counted). It is never reported as a
+ * refusal, so that its answer carries no `Retry-After` whatever the path.
+ *
+ * @param peeked what `store.peek(key, now)` answered
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const spent = { allowed: false, remaining: 0, resetSeconds: 12 };
+ * assert.deepEqual(preflightDecision(spent), { allowed: true, remaining: 0, resetSeconds: 12 });
+ * assert.deepEqual(await preflightDecision(Promise.resolve(spent)), { ...spent, allowed: true });
+ * ```
+ */
+export function preflightDecision(
+  peeked: Decision | Promise<Decision>,
+): Decision | Promise<Decision> {
+  return peeked instanceof Promise ? peeked.then(granted) : granted(peeked);
+}
+
+function granted(decision: Decision): Decision {
+  return decision.allowed ? decision : { ...decision, allowed: true };
+}
+
+/**
+ * What a response reports when no decision was made (a failure before the limiter answered): the
+ * policy with nothing known to be left, so that clients slow down rather than speed up. Not a
+ * refusal, so no `Retry-After`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(undecided({ limit: 60, windowMs: 60_000 }), {
+ *   allowed: true,
+ *   remaining: 0,
+ *   resetSeconds: 60,
+ * });
+ * ```
+ */
+export function undecided(policy: RateLimitPolicy): Decision {
+  return { allowed: true, remaining: 0, resetSeconds: Math.round(policy.windowMs / 1000) };
+}

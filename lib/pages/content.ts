@@ -1,0 +1,428 @@
+/**
+ * The service's content, read from `static/` and rendered once at start-up.
+ *
+ * The operator edits Markdown (and `openapi.json`, `llms.txt`); `{{placeholder}}`s in them are filled
+ * from the configuration, and HTML is rendered from the same Markdown, so the two representations of a
+ * page never disagree. `{{api_reference}}` in a page is replaced by the API reference generated from the
+ * filled `openapi.json` (see `api_reference.ts`). An unknown placeholder or a missing file is a start-up
+ * error, not a broken page.
+ *
+ * Files are read, parsed and filled at start-up; the API reference and each page's HTML are built the
+ * first time they are read (`Page` properties are getters that build once), and `marked` is imported
+ * by `prepareMarkdown()`, so that none of them delays the first response (README, "Cold start").
+ *
+ * @module
+ */
+
+import { join } from "node:path";
+import { apiReferenceMarkdown } from "./api_reference.ts";
+import type { Config } from "../config.ts";
+import { type PageMeta, renderPage, type Site } from "./layout.ts";
+
+/** The folder holding the operator's content, found next to the code (works in a compiled binary). */
+export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "..", "static");
+
+/** A page with both of its representations; each property is built the first time it is read. */
+export interface Page {
+  /** Layout metadata (title, description, path). */
+  readonly meta: PageMeta;
+  /** The Markdown, placeholders filled. */
+  readonly markdown: string;
+  /** The whole HTML document. */
+  readonly html: string;
+}
+
+/** Stands for `{{api_reference}}` in filled Markdown until the reference is generated. */
+const API_REFERENCE_MARK = "\u0000api_reference\u0000";
+
+/** Every body the service sends with 200, as text. */
+export interface Content {
+  /** `GET /api/v1/platform` as JSON (a Platform object). */
+  platformJson: string;
+  /** `GET /api/v1/platform` as Markdown. */
+  platformMarkdown: string;
+  /** `/`. */
+  home: Page;
+  /** `/developers` and `/api`. */
+  developers: Page;
+  /** `/developers/deprecation-policy` (and its `.md`). */
+  deprecationPolicy: Page;
+  /** `/openapi.json` and `/openapi`. */
+  openapi: string;
+  /** `/llms.txt`. */
+  llms: string;
+  /** `/robots.txt`. */
+  robots: string;
+  /** `/.well-known/api-catalog`. */
+  apiCatalog: string;
+  /** `/style.css`: the pages' only stylesheet. */
+  stylesheet: string;
+  /** `/favicon.svg`: the pages' icon. */
+  icon: string;
+  /** The rendered layout, for pages built elsewhere (the 404 page). */
+  site: Site;
+  /**
+   * Loads the Markdown renderer (`marked`, imported on first call only). A page's `html` can be read
+   * once this has resolved; until then reading it throws.
+   */
+  prepareMarkdown: () => Promise<void>;
+}
+
+/** The outcome of {@linkcode loadContent}. */
+export type ContentResult = { ok: true; content: Content } | { ok: false; errors: string[] };
+
+/** The files read from {@linkcode STATIC_DIR}. */
+export const STATIC_FILES = [
+  "index.md",
+  "developers.md",
+  "deprecation-policy.md",
+  "platform.md",
+  "llms.txt",
+  "robots.txt",
+  "openapi.json",
+  "style.css",
+  "favicon.svg",
+] as const;
+
+/** The values of the placeholders, by name. */
+export function placeholders(config: Config): Record<string, string> {
+  return {
+    base_url: config.baseUrl,
+    name: config.name,
+    description: config.description,
+    documentation_url: config.documentationUrl,
+    developer_resources_url: config.developerResourcesUrl,
+    openapi_url: config.openapiUrl,
+    agent_instructions_url: config.agentInstructionsUrl,
+    support_url: config.supportUrl,
+    support_email: config.supportEmail,
+    rate_limit: String(config.rateLimit),
+    rate_limit_window: String(config.rateLimitWindowSeconds),
+    rate_limit_accuracy: rateLimitAccuracy(config),
+  };
+}
+
+/**
+ * How exact the limit is, in the words the API description uses: exact, unless a shared store runs
+ * `local-first`, where instances share their counts in the background.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   rateLimitAccuracy({ rateLimitStore: "redis", rateLimitConsistency: "exact" }),
+ *   "exact sliding window",
+ * );
+ * assert.match(
+ *   rateLimitAccuracy({ rateLimitStore: "kv", rateLimitConsistency: "local-first" }),
+ *   /a few requests more than the limit/,
+ * );
+ * ```
+ */
+export function rateLimitAccuracy(
+  config: Pick<Config, "rateLimitStore" | "rateLimitConsistency">,
+): string {
+  if (config.rateLimitStore === "memory" || config.rateLimitConsistency === "exact") {
+    return "exact sliding window";
+  }
+  return "sliding window shared between the service's instances in the background, so a caller may briefly get a few requests more than the limit";
+}
+
+/**
+ * Fills `{{name}}` placeholders in `text`.
+ *
+ * @returns the text, and the names that have no value
+ */
+export function fill(
+  text: string,
+  values: Record<string, string>,
+): { text: string; unknown: string[] } {
+  const unknown: string[] = [];
+  const out = text.replace(/\{\{\s*([A-Za-z0-9_]+)\s*\}\}/g, (whole, name: string) => {
+    const value = values[name];
+    if (value === undefined) {
+      unknown.push(name);
+      return whole;
+    }
+    return value;
+  });
+  return { text: out, unknown };
+}
+
+/** Fills placeholders in every string of a parsed JSON value. */
+function fillJson(value: unknown, values: Record<string, string>, unknown: string[]): unknown {
+  if (typeof value === "string") {
+    const filled = fill(value, values);
+    unknown.push(...filled.unknown);
+    return filled.text;
+  }
+  if (Array.isArray(value)) return value.map((item) => fillJson(item, values, unknown));
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, fillJson(v, values, unknown)]),
+    );
+  }
+  return value;
+}
+
+/** The text of the first `# ` heading of a Markdown document. */
+export function titleOf(markdown: string): string | undefined {
+  return /^#\s+(.+?)\s*#*\s*$/m.exec(markdown)?.[1];
+}
+
+/**
+ * The `<title>` of a page: its heading, with the product name appended when the heading lacks it, so
+ * every title is distinct and says whose it is.
+ */
+export function pageTitle(heading: string | undefined, name: string): string {
+  if (heading === undefined) return name;
+  return heading.includes(name) ? heading : `${heading} · ${name}`;
+}
+
+/** The first paragraph of a Markdown document as plain text, for `<meta name="description">`. */
+export function summaryOf(markdown: string): string | undefined {
+  for (const block of markdown.split(/\n\s*\n/)) {
+    const text = block.trim();
+    if (text === "" || /^(#|[-*+] |\d+\. |```|\||>)/.test(text)) continue;
+    return text.replace(/\[([^\]]*)\]\([^)]*\)/g, "$1").replace(/[*_`]/g, "").replace(/\s+/g, " ");
+  }
+  return undefined;
+}
+
+function unreadableDirMessage(dir: string, error: Error): string {
+  return error instanceof Deno.errors.NotCapable
+    ? `static/ (${dir}) may not be read by this process: grant --allow-read for that folder (deno task start does)`
+    : `static/ (${dir}) is not readable by this user: give the service's user read access to that folder`;
+}
+
+/** The files of {@linkcode STATIC_FILES}, read and filled, by name. */
+type StaticTexts = Record<typeof STATIC_FILES[number], string>;
+
+/**
+ * Reads, fills and renders everything under `dir`.
+ *
+ * @param read reads a file's text; injected so tests can use an in-memory folder
+ */
+export function loadContent(
+  config: Config,
+  options: { dir?: string; read?: (path: string) => string } = {},
+): ContentResult {
+  const dir = options.dir ?? STATIC_DIR;
+  const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
+  const loaded = readStaticFiles(dir, read, placeholders(config));
+  if (!loaded.ok) return loaded;
+  const { files, openapiDocument } = loaded;
+  const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
+  const markdown = lazyMarkdownRenderer();
+  const page = pageBuilder(
+    config,
+    site,
+    markdown.render,
+    () => apiReferenceMarkdown(openapiDocument),
+  );
+  const content: Content = {
+    platformJson: platformJson(config),
+    platformMarkdown: files["platform.md"],
+    home: page(files["index.md"], "/", "/"),
+    developers: page(files["developers.md"], "/developers", "/developers"),
+    deprecationPolicy: page(
+      files["deprecation-policy.md"],
+      "/developers/deprecation-policy",
+      "/developers/deprecation-policy.md",
+    ),
+    openapi: files["openapi.json"],
+    llms: files["llms.txt"],
+    robots: files["robots.txt"],
+    stylesheet: files["style.css"],
+    icon: files["favicon.svg"],
+    apiCatalog: apiCatalogJson(config.baseUrl),
+    site,
+    prepareMarkdown: markdown.prepare,
+  };
+  return { ok: true, content };
+}
+
+/**
+ * Reads and fills every static file. openapi.json comes first: the pages' `{{api_reference}}` is
+ * generated from the filled document when a page using it is first read; until then a mark holds
+ * its place.
+ */
+function readStaticFiles(
+  dir: string,
+  read: (path: string) => string,
+  values: Record<string, string>,
+): { ok: true; files: StaticTexts; openapiDocument: unknown } | { ok: false; errors: string[] } {
+  const errors: string[] = [];
+  const files: Partial<StaticTexts> = {};
+  let openapiDocument: unknown;
+  const order = [
+    "openapi.json",
+    ...STATIC_FILES.filter((name) => name !== "openapi.json"),
+  ] as const;
+  for (const name of order) {
+    let raw: string;
+    try {
+      raw = read(join(dir, name));
+    } catch (error) {
+      if (
+        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied
+      ) {
+        // One sentence for the folder rather than one per file: the fix is the same for all.
+        return { ok: false, errors: [unreadableDirMessage(dir, error)] };
+      }
+      errors.push(`static/${name} could not be read: ${messageOf(error)}`);
+      continue;
+    }
+    const filled = fillStaticFile(name, raw, values);
+    if (filled.error !== undefined) errors.push(filled.error);
+    if (filled.text !== undefined) files[name] = filled.text;
+    if (name === "openapi.json") openapiDocument = filled.json;
+  }
+  if (errors.length > 0) return { ok: false, errors };
+  return { ok: true, files: files as StaticTexts, openapiDocument };
+}
+
+/** One static file filled as its kind requires: JSON value by value, text by text, CSS and SVG as is. */
+function fillStaticFile(
+  name: typeof STATIC_FILES[number],
+  raw: string,
+  values: Record<string, string>,
+): { text?: string; json?: unknown; error?: string } {
+  if (name.endsWith(".json")) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(raw);
+    } catch (error) {
+      return { error: `static/${name} is not valid JSON: ${messageOf(error)}` };
+    }
+    const unknown: string[] = [];
+    const json = fillJson(parsed, values, unknown);
+    const text = JSON.stringify(json);
+    return unknown.length > 0
+      ? { text, json, error: unknownMessage(name, unknown) }
+      : { text, json };
+  }
+  if (name.endsWith(".css") || name.endsWith(".svg")) return { text: raw };
+  // platform.md is served as it is, not as a page: it has no API reference.
+  const pageValues = name.endsWith(".md") && name !== "platform.md"
+    ? { ...values, api_reference: API_REFERENCE_MARK }
+    : values;
+  const filled = fill(raw, pageValues);
+  return filled.unknown.length > 0
+    ? { text: filled.text, error: unknownMessage(name, filled.unknown) }
+    : { text: filled.text };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The Markdown renderer, imported when `prepare` is first called (not at start-up: README, "Cold
+ * start"); `render` throws until it has resolved.
+ */
+function lazyMarkdownRenderer(): {
+  prepare: () => Promise<void>;
+  render: (markdown: string) => string;
+} {
+  let renderer: ((markdown: string) => string) | undefined;
+  let loading: Promise<void> | undefined;
+  return {
+    prepare: () =>
+      loading ??= import("./markdown.ts").then((module) => {
+        renderer = module.markdownRenderer();
+      }),
+    render: (markdown) => {
+      if (renderer === undefined) {
+        throw new Error(
+          "a page was built before the Markdown renderer was loaded (prepareMarkdown)",
+        );
+      }
+      return renderer(markdown);
+    },
+  };
+}
+
+/**
+ * Builds a page from its filled Markdown: its `{{api_reference}}` mark replaced by the reference
+ * (generated once, when the first page using it is read), its metadata, and its HTML in the layout.
+ */
+function pageBuilder(
+  config: Config,
+  site: Site,
+  render: (markdown: string) => string,
+  buildApiReference: () => string,
+): (text: string, path: string, markdownPath: string) => Page {
+  let apiReference: string | undefined;
+  const withReference = (markdown: string) =>
+    markdown.includes(API_REFERENCE_MARK)
+      ? markdown.replaceAll(API_REFERENCE_MARK, apiReference ??= buildApiReference())
+      : markdown;
+  return (text, path, markdownPath) =>
+    lazyPage(() => {
+      const markdown = withReference(text);
+      const meta: PageMeta = {
+        path,
+        title: pageTitle(titleOf(markdown), config.name),
+        description: summaryOf(markdown) ?? config.description,
+        markdownUrl: config.baseUrl + markdownPath,
+      };
+      return { meta, markdown, html: () => renderPage(render(markdown), meta, site) };
+    });
+}
+
+/** The Platform document (spec section 3) of a configuration. */
+function platformJson(config: Config): string {
+  return JSON.stringify({
+    name: config.name,
+    description: config.description,
+    documentation: config.documentationUrl,
+    developerResources: config.developerResourcesUrl,
+    openapi: config.openapiUrl,
+    agentInstructions: config.agentInstructionsUrl,
+    support: config.supportUrl,
+  });
+}
+
+/** The RFC 9727 API catalog (a linkset) of the service at `base`. */
+function apiCatalogJson(base: string): string {
+  return JSON.stringify({
+    linkset: [
+      { anchor: `${base}/.well-known/api-catalog`, item: [{ href: `${base}/api/v1/platform` }] },
+      {
+        anchor: `${base}/api/v1/platform`,
+        "service-desc": [{
+          href: `${base}/openapi.json`,
+          type: "application/vnd.oai.openapi+json;version=3.1",
+        }],
+        "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
+        // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
+        deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
+      },
+    ],
+  });
+}
+
+/** A {@linkcode Page} whose Markdown and metadata are built on first read, and its HTML after them. */
+function lazyPage(build: () => { meta: PageMeta; markdown: string; html: () => string }): Page {
+  let built: ReturnType<typeof build> | undefined;
+  let html: string | undefined;
+  const get = () => built ??= build();
+  return {
+    get meta() {
+      return get().meta;
+    },
+    get markdown() {
+      return get().markdown;
+    },
+    get html() {
+      return html ??= get().html();
+    },
+  };
+}
+
+function unknownMessage(file: string, names: string[]): string {
+  return `static/${file} uses unknown placeholder${names.length === 1 ? "" : "s"} ${
+    [...new Set(names)].map((n) => `{{${n}}}`).join(", ")
+  }`;
+}

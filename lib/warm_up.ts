@@ -1,0 +1,71 @@
+/**
+ * The warm-up: after start-up, build every representation and compressed variant in the background,
+ * so that no later request waits for one. Until a variant is built (and without a warm-up) the first
+ * request that needs it builds it.
+ *
+ * @module
+ */
+
+import type { Representation } from "./http/representation.ts";
+import type { Route } from "./routes.ts";
+
+/** Options of {@linkcode warmUp}. */
+export interface WarmUpOptions {
+  /**
+   * How long after start-up the warm-up begins, in ms (default {@linkcode WARM_UP_DELAY_MS}). Each
+   * step runs on the event loop (brotli has no off-thread form in Deno): a request arriving during a
+   * step waits for it, so the steps wait until the first requests of a cold start are answered.
+   */
+  delayMs?: number;
+  /** Called once every variant is built, with how many were built and the ms it took in all. */
+  onDone?: (report: { variants: number; ms: number }) => void;
+  /** Receives a failure to build a representation; the warm-up goes on with the next one. */
+  onError?: (error: unknown) => void;
+  /** Stops the warm-up after the step under way (the service is shutting down); `onDone` is not called. */
+  signal?: AbortSignal;
+}
+
+/** Default delay of the warm-up: a cold start's first requests are answered before it begins. */
+export const WARM_UP_DELAY_MS = 500;
+
+/**
+ * Builds every representation of `routes` and its compressed variants, one step per macrotask so
+ * that requests arriving meanwhile are answered between steps, starting `options.delayMs` from now.
+ */
+export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
+  const steps: Array<() => void> = [];
+  let variants = 0;
+  const compress = (representation: Representation, encoding: "br" | "gzip") => () => {
+    void representation.variants[encoding];
+    variants++;
+  };
+  for (const route of routes) {
+    steps.push(() => {
+      for (const representation of route.representations()) {
+        variants++;
+        steps.push(compress(representation, "br"), compress(representation, "gzip"));
+      }
+    });
+  }
+  let started = 0;
+  const next = () => {
+    if (options.signal?.aborted) return;
+    const step = steps.shift();
+    if (step === undefined) {
+      options.onDone?.({ variants, ms: performance.now() - started });
+      return;
+    }
+    try {
+      step();
+    } catch (error) {
+      options.onError?.(error);
+    }
+    setTimeout(next, 0);
+  };
+  // Pages need the Markdown renderer: load it first (a failure is reported by each page's step).
+  const prepare = () => Promise.all([...routes].map((route) => route.prepare?.().catch(() => {})));
+  setTimeout(() => {
+    started = performance.now();
+    void prepare().then(next);
+  }, options.delayMs ?? WARM_UP_DELAY_MS);
+}

@@ -1,0 +1,223 @@
+/**
+ * The architecture, tested on the real module graph: `deno info --json main.ts` lists every module
+ * main.ts reaches (dynamic imports included) and what each imports, types included. The suite fails
+ * on an import cycle, on a module importing from a higher layer, on a module of `lib/` that no layer
+ * names, and on a module of `lib/` that main.ts does not reach (dead). And on a function of main.ts
+ * or `lib/` longer than a screen, measured on the TypeScript compiler's syntax tree.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import ts from "typescript";
+
+const ROOT = join(import.meta.dirname!, "..");
+
+/**
+ * The layers, lowest first. A module may import modules of a lower layer and of its own group; two
+ * groups of one layer are independent of each other.
+ */
+const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: string) => boolean }> =
+  [
+    // HTTP helpers with no policy: status names, negotiation, representations and their codings.
+    { layer: 0, group: "http", matches: (p) => p.startsWith("lib/http/") },
+    // The limiter: the decision, the stores, the guard, the caller key.
+    { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
+    // The configuration, which names the limiter's settings.
+    { layer: 2, group: "config", matches: (p) => p === "lib/config.ts" },
+    // The pages (content, layout, API reference); the process (listening, start-up messages, Deploy).
+    { layer: 3, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
+    { layer: 3, group: "server", matches: (p) => p.startsWith("lib/server/") },
+    // The service's parts: the route table, the errors, the access log, the warm-up.
+    {
+      layer: 4,
+      group: "service",
+      matches: (p) => /^lib\/(routes|errors|access_log|warm_up)\.ts$/.test(p),
+    },
+    // What the service answers: templates built at start-up, the per-request choice, the cache.
+    { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
+    // The composition, then the wiring.
+    { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },
+    { layer: 7, group: "main", matches: (p) => p === "main.ts" },
+  ];
+
+/** The longest a function may be, in lines from its signature to its closing brace: about a screen. */
+const MAX_FUNCTION_LINES = 65;
+
+/** A module graph: each module's path (relative to the root) and the local modules it imports. */
+type Graph = Map<string, string[]>;
+
+interface InfoDependency {
+  code?: { specifier: string };
+  type?: { specifier: string };
+}
+
+/** The local part of `deno info --json main.ts`. */
+async function moduleGraph(): Promise<Graph> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", "main.ts"],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+  const info = JSON.parse(new TextDecoder().decode(output.stdout)) as {
+    modules: Array<{ specifier: string; dependencies?: InfoDependency[] }>;
+  };
+  const local = (specifier: string) =>
+    specifier.startsWith("file:") ? relative(ROOT, fileURLToPath(specifier)) : undefined;
+  const graph: Graph = new Map();
+  for (const module of info.modules) {
+    const path = local(module.specifier);
+    if (path === undefined) continue;
+    const imports = new Set<string>();
+    for (const dependency of module.dependencies ?? []) {
+      for (const target of [dependency.code?.specifier, dependency.type?.specifier]) {
+        const targetPath = target === undefined ? undefined : local(target);
+        if (targetPath !== undefined) imports.add(targetPath);
+      }
+    }
+    graph.set(path, [...imports].sort());
+  }
+  return graph;
+}
+
+/** Every import cycle of `graph`, each as the modules along it (depth-first, each reported once). */
+function cycles(graph: Graph): string[][] {
+  const found: string[][] = [];
+  const state = new Map<string, "open" | "done">();
+  const stack: string[] = [];
+  const visit = (module: string) => {
+    state.set(module, "open");
+    stack.push(module);
+    for (const target of graph.get(module) ?? []) {
+      if (state.get(target) === "open") found.push([...stack.slice(stack.indexOf(target)), target]);
+      else if (!state.has(target)) visit(target);
+    }
+    stack.pop();
+    state.set(module, "done");
+  };
+  for (const module of [...graph.keys()].sort()) if (!state.has(module)) visit(module);
+  return found;
+}
+
+/** The imports of `graph` that go to a higher layer or across groups of one layer. */
+function layerViolations(graph: Graph): string[] {
+  const violations: string[] = [];
+  for (const [module, imports] of graph) {
+    const from = layerOf(module);
+    for (const target of imports) {
+      const to = layerOf(target);
+      if (!from || !to || to.group === from.group || to.layer < from.layer) continue;
+      violations.push(
+        `${module} (${from.group}, layer ${from.layer}) imports ${target} (${to.group}, layer ${to.layer})`,
+      );
+    }
+  }
+  return violations;
+}
+
+function layerOf(path: string): { layer: number; group: string } | undefined {
+  return LAYERS.find((layer) => layer.matches(path));
+}
+
+/** Every `.ts` file under `lib/`, relative to the root. */
+async function libFiles(dir = join(ROOT, "lib")): Promise<string[]> {
+  const files: string[] = [];
+  for await (const entry of Deno.readDir(dir)) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory) files.push(...await libFiles(path));
+    else if (entry.name.endsWith(".ts")) files.push(relative(ROOT, path));
+  }
+  return files.sort();
+}
+
+Deno.test("cycles() finds a cycle through several modules, and none in a layered graph", () => {
+  const cyclic: Graph = new Map([
+    ["a.ts", ["b.ts"]],
+    ["b.ts", ["c.ts"]],
+    ["c.ts", ["a.ts"]],
+    ["d.ts", ["a.ts"]],
+  ]);
+  assert.deepEqual(cycles(cyclic), [["a.ts", "b.ts", "c.ts", "a.ts"]]);
+  const layered: Graph = new Map([["a.ts", ["b.ts", "c.ts"]], ["b.ts", ["c.ts"]], ["c.ts", []]]);
+  assert.deepEqual(cycles(layered), []);
+});
+
+Deno.test("layerViolations() names an import of a higher layer and one across groups of a layer", () => {
+  const graph: Graph = new Map([
+    ["lib/http/message.ts", ["lib/limit/decision.ts"]],
+    ["lib/pages/layout.ts", ["lib/server/serve.ts", "lib/http/message.ts"]],
+    ["lib/limit/decision.ts", []],
+  ]);
+  assert.deepEqual(layerViolations(graph), [
+    "lib/http/message.ts (http, layer 0) imports lib/limit/decision.ts (limit, layer 1)",
+    "lib/pages/layout.ts (pages, layer 3) imports lib/server/serve.ts (server, layer 3)",
+  ]);
+});
+
+Deno.test("the module graph of main.ts has no import cycle", async () => {
+  const graph = await moduleGraph();
+  assert.ok(graph.size > 20, `deno info lists the local modules (${graph.size})`);
+  assert.deepEqual(cycles(graph).map((cycle) => cycle.join(" -> ")), []);
+});
+
+Deno.test("no module imports from a higher layer, nor from another group of its layer", async () => {
+  assert.deepEqual(layerViolations(await moduleGraph()), []);
+});
+
+Deno.test("every module of lib/ belongs to a layer and is reached from main.ts", async () => {
+  const graph = await moduleGraph();
+  const files = await libFiles();
+  assert.ok(files.length > 20, `lib/ has its modules (${files.length})`);
+  assert.deepEqual(files.filter((file) => !layerOf(file)), [], "modules no layer names");
+  assert.deepEqual(files.filter((file) => !graph.has(file)), [], "modules main.ts never reaches");
+});
+
+/** Every function with a body in `source` longer than `maxLines`, as "file:line name (N lines)". */
+function longFunctions(source: string, file: string, maxLines: number): string[] {
+  const tree = ts.createSourceFile(file, source, ts.ScriptTarget.Latest, true);
+  const found: string[] = [];
+  const visit = (node: ts.Node) => {
+    if (ts.isFunctionLike(node) && "body" in node && node.body !== undefined) {
+      const first = tree.getLineAndCharacterOfPosition(node.getStart(tree)).line;
+      const lines = tree.getLineAndCharacterOfPosition(node.getEnd()).line - first + 1;
+      if (lines > maxLines) {
+        found.push(`${file}:${first + 1} ${nameOf(node, tree)} (${lines} lines)`);
+      }
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(tree);
+  return found;
+}
+
+function nameOf(node: ts.Node, tree: ts.SourceFile): string {
+  const named = node as ts.Node & { name?: ts.Node };
+  if (named.name) return named.name.getText(tree);
+  const parent = node.parent;
+  if (ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent)) {
+    return parent.name.getText(tree);
+  }
+  return "(anonymous)";
+}
+
+Deno.test("longFunctions() measures a function from its signature to its closing brace", () => {
+  const body = Array.from({ length: 8 }, (_, i) => `  const v${i} = ${i};`).join("\n");
+  const source = `/** Doc. */\nexport function long() {\n${body}\n}\nconst short = () => 1;\n`;
+  assert.deepEqual(longFunctions(source, "x.ts", 9), ["x.ts:2 long (10 lines)"]);
+  assert.deepEqual(longFunctions(source, "x.ts", 10), []);
+});
+
+Deno.test(`no function in main.ts or lib/ is longer than ${MAX_FUNCTION_LINES} lines`, async () => {
+  const files = ["main.ts", ...await libFiles()];
+  const long: string[] = [];
+  for (const file of files) {
+    long.push(
+      ...longFunctions(await Deno.readTextFile(join(ROOT, file)), file, MAX_FUNCTION_LINES),
+    );
+  }
+  assert.deepEqual(long, []);
+});

@@ -1,0 +1,74 @@
+/**
+ * Tests of the HTTP helpers: request paths without URL parsing, If-None-Match matching, the Host
+ * check and the CORS preflight test.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  createHostCheck,
+  ifNoneMatchMatches,
+  isCorsPreflight,
+  isValidHost,
+  pathOf,
+} from "../../lib/http/message.ts";
+
+Deno.test("pathOf() returns the path without query or fragment, as new URL() would", () => {
+  const urls = [
+    "http://localhost:8000/api/v1/platform",
+    "http://localhost:8000/api/v1/platform?x=1&y=2",
+    "http://localhost:8000/",
+    "http://localhost:8000/?q",
+    "https://example.com/a/b.md#frag",
+    "http://[::1]:8000/llms.txt?a=/b",
+    "http://localhost:8000/%2e%2e/x",
+    "http://localhost:8000/a?b#c?d",
+  ];
+  // Request.url is what the handler sees: already parsed and normalised by the runtime.
+  for (const url of urls) assert.equal(pathOf(new Request(url).url), new URL(url).pathname, url);
+  assert.equal(pathOf(new Request("http://localhost:8000").url), "/");
+});
+
+Deno.test("ifNoneMatchMatches() uses weak comparison over a list, and * matches anything", () => {
+  const etag = '"abc"';
+  const cases: Array<[string, boolean]> = [
+    ['"abc"', true],
+    ['W/"abc"', true],
+    ['"x", "abc"', true],
+    ['"x",W/"abc"', true],
+    ["*", true],
+    ['"abcd"', false],
+    ["abc", false],
+    ['"x"', false],
+    ["", false],
+  ];
+  for (const [value, expected] of cases) {
+    assert.equal(ifNoneMatchMatches(value, etag), expected, value);
+  }
+});
+
+Deno.test("createHostCheck() answers as isValidHost() does, the remembered host included", () => {
+  const hostIsValid = createHostCheck();
+  const hosts = [
+    "api.example",
+    "api.example",
+    "a/b",
+    "api.example",
+    "[::1]:8000",
+    "x@y",
+    "[::1]:8000",
+  ];
+  for (const host of hosts) assert.equal(hostIsValid(host), isValidHost(host), host);
+});
+
+Deno.test("isCorsPreflight() needs OPTIONS, Origin and Access-Control-Request-Method together", () => {
+  const both = { origin: "https://a.example", "access-control-request-method": "GET" };
+  assert.equal(isCorsPreflight("OPTIONS", new Headers(both)), true);
+  assert.equal(isCorsPreflight("GET", new Headers(both)), false);
+  assert.equal(isCorsPreflight("OPTIONS", new Headers({ origin: "https://a.example" })), false);
+  assert.equal(
+    isCorsPreflight("OPTIONS", new Headers({ "access-control-request-method": "GET" })),
+    false,
+  );
+});

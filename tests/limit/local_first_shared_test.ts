@@ -1,0 +1,409 @@
+/**
+ * `exact` against `local-first` on real shared stores far away: three instances (three handlers,
+ * each with its own store and connection) on one real Redis behind a delaying TCP proxy (40 ms each
+ * way, an 80 ms round trip), and on one real Deno KV file behind a wrapper that delays every
+ * database call by 80 ms.
+ *
+ * Per mode it measures the handler's latency (p50, p99), what one caller is admitted (a) alternating
+ * over two instances at 50 requests/s for 4 s and (b) sending 100 concurrent requests over three
+ * instances, and the store round trips per request under load; it prints one JSON line per store and
+ * mode, and asserts what `local-first` promises: no request waits for the store, (a) within 60 to
+ * `60 + overshootBound`, (b) within the bound, at most 0.1 round trips per request.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { createClient } from "@redis/client";
+import { createHandler } from "../../lib/handler.ts";
+import type { Config } from "../../lib/config.ts";
+import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
+import { GuardedStore } from "../../lib/limit/guard.ts";
+import { KvStore } from "../../lib/limit/kv.ts";
+import { LocalFirstStore, overshootBound, type SyncIncident } from "../../lib/limit/local_first.ts";
+import { openRateLimitStore } from "../../lib/limit/open_store.ts";
+import { KvSyncBackend } from "../../lib/limit/sync.ts";
+import { startLatencyProxy } from "../_latency_proxy.ts";
+import { redisUnavailableReason, startRedis } from "../_redis.ts";
+import { testConfig, testContent } from "../_server.ts";
+
+/** One way through the proxy: a round trip of 80 ms, a store in another region. */
+const ONE_WAY_MS = 40;
+const RTT_MS = 2 * ONE_WAY_MS;
+const SYNC_MS = 50;
+const LIMIT = 60;
+/** Scenario (a): 50 requests/s for 4 s. */
+const RATE_PER_SECOND = 50;
+const SCENARIO_A_REQUESTS = 200;
+/** Scenario (b). */
+const BURST = 100;
+/** The load run: workers per instance, and how long it lasts. */
+const WORKERS_PER_INSTANCE = 10;
+const LOAD_MS = 1000;
+const LOAD_CALLERS = 20;
+
+type Mode = "exact" | "local-first";
+
+interface Instance {
+  handler: ReturnType<typeof createHandler>;
+  store: RateLimitStore;
+}
+
+interface Figures {
+  store: string;
+  mode: Mode;
+  p50Ms: number;
+  p99Ms: number;
+  admittedA: number;
+  admittedB: number;
+  roundTripsPerRequest: number;
+}
+
+function configFor(mode: Mode, env: Record<string, string> = {}): Config {
+  return testConfig({
+    RATE_LIMIT: String(LIMIT),
+    RATE_LIMIT_CONSISTENCY: mode,
+    RATE_LIMIT_SYNC_MS: String(SYNC_MS),
+    // Long enough that `exact` is measured waiting for the store, not answered by the policy.
+    RATE_LIMIT_STORE_TIMEOUT_MS: "1000",
+    ...env,
+  });
+}
+
+function instanceOf(config: Config, store: RateLimitStore): Instance {
+  const handler = createHandler({ config, content: testContent(config), store });
+  return { handler, store };
+}
+
+/** Sends one request of `caller` to `instance`; resolves to [admitted, latency ms]. */
+async function send(instance: Instance, caller: string): Promise<[boolean, number]> {
+  const started = performance.now();
+  const response = await instance.handler(new Request("http://127.0.0.1/api/v1/platform"), {
+    remoteAddr: { transport: "tcp", hostname: caller, port: 1 },
+  });
+  await response.body?.cancel();
+  return [response.status === 200, performance.now() - started];
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = values.toSorted((a, b) => a - b);
+  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]! * 10) / 10;
+}
+
+/** (a): one caller alternating over instances 0 and 1, open loop, at 50 requests/s. */
+async function scenarioA(
+  instances: Instance[],
+  caller: string,
+): Promise<{ admitted: number; latencies: number[] }> {
+  const sent: Promise<[boolean, number]>[] = [];
+  const start = performance.now();
+  for (let i = 0; i < SCENARIO_A_REQUESTS; i++) {
+    const due = start + (i * 1000) / RATE_PER_SECOND;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    sent.push(send(instances[i % 2]!, caller));
+  }
+  const results = await Promise.all(sent);
+  return {
+    admitted: results.filter(([ok]) => ok).length,
+    latencies: results.map(([, ms]) => ms),
+  };
+}
+
+/** (b): 100 concurrent requests of one caller over three instances. */
+async function scenarioB(instances: Instance[], caller: string): Promise<number> {
+  const results = await Promise.all(
+    Array.from({ length: BURST }, (_, i) => send(instances[i % 3]!, caller)),
+  );
+  return results.filter(([ok]) => ok).length;
+}
+
+/** Closed-loop load over every instance for {@linkcode LOAD_MS}; returns requests and latencies. */
+async function load(
+  instances: Instance[],
+  firstCaller: number,
+): Promise<{ requests: number; latencies: number[] }> {
+  const latencies: number[] = [];
+  const end = performance.now() + LOAD_MS;
+  const worker = async (instance: Instance, w: number) => {
+    for (let i = 0; performance.now() < end; i++) {
+      const [, ms] = await send(instance, `203.0.113.${firstCaller + ((w + i) % LOAD_CALLERS)}`);
+      latencies.push(ms);
+      // A request arrives from the network: let timers (the sync loop) run between them.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+  };
+  await Promise.all(
+    instances.flatMap((instance) =>
+      Array.from({ length: WORKERS_PER_INSTANCE }, (_, w) => worker(instance, w))
+    ),
+  );
+  return { requests: latencies.length, latencies };
+}
+
+/**
+ * Runs every scenario on both modes' instances: (a) for both at once (different callers, 4 s), then
+ * (b) and the load run one mode after the other, so that round trips are counted per mode.
+ */
+async function measure(
+  store: string,
+  instances: Record<Mode, Instance[]>,
+  roundTrips: () => Promise<number>,
+): Promise<Record<Mode, Figures>> {
+  const modes = ["exact", "local-first"] as const;
+  const [exactA, localA] = await Promise.all(
+    modes.map((mode, i) => scenarioA(instances[mode], `198.51.100.${i + 1}`)),
+  );
+  const figures = {} as Record<Mode, Figures>;
+  for (const mode of modes) {
+    const a = mode === "exact" ? exactA! : localA!;
+    const admittedB = await scenarioB(
+      instances[mode],
+      mode === "exact" ? "198.51.100.3" : "198.51.100.4",
+    );
+    const before = await roundTrips();
+    const loaded = await load(instances[mode], mode === "exact" ? 0 : LOAD_CALLERS);
+    const trips = (await roundTrips()) - before;
+    const latencies = [...a.latencies, ...loaded.latencies];
+    figures[mode] = {
+      store,
+      mode,
+      p50Ms: percentile(latencies, 0.5),
+      p99Ms: percentile(latencies, 0.99),
+      admittedA: a.admitted,
+      admittedB,
+      roundTripsPerRequest: Math.round((trips / loaded.requests) * 1000) / 1000,
+    };
+    // deno-lint-ignore no-console
+    console.log(JSON.stringify(figures[mode]));
+  }
+  return figures;
+}
+
+/** What `local-first` promises, and what `exact` keeps. */
+function assertFigures({ exact, "local-first": localFirst }: Record<Mode, Figures>): void {
+  const boundA = overshootBound({
+    limit: LIMIT,
+    ratePerSecond: RATE_PER_SECOND,
+    instances: 2,
+    syncMs: SYNC_MS,
+    rttMs: RTT_MS,
+  });
+  const boundB = overshootBound({
+    limit: LIMIT,
+    ratePerSecond: Infinity,
+    instances: 3,
+    syncMs: SYNC_MS,
+    rttMs: RTT_MS,
+  });
+  assert.ok(exact.p50Ms >= RTT_MS, `exact waits for the store: p50 ${exact.p50Ms} ms`);
+  assert.ok(
+    localFirst.admittedA >= LIMIT && localFirst.admittedA <= LIMIT + boundA,
+    `(a) admitted ${localFirst.admittedA}, bound ${LIMIT + boundA}`,
+  );
+  assert.ok(
+    localFirst.admittedB <= LIMIT + boundB,
+    `(b) admitted ${localFirst.admittedB}, bound ${LIMIT + boundB}`,
+  );
+  assert.ok(
+    localFirst.roundTripsPerRequest <= 0.1,
+    `${localFirst.roundTripsPerRequest} per request`,
+  );
+  // No request waits for a store 80 ms away: the slowest percent is still far below one round trip.
+  assert.ok(localFirst.p99Ms < RTT_MS / 2, `local-first p99 ${localFirst.p99Ms} ms`);
+}
+
+const redisSkip = redisUnavailableReason();
+
+Deno.test({
+  name:
+    `three instances on one Redis 80 ms away: exact waits for it, local-first stays within its bound${
+      redisSkip ? ` (skipped: ${redisSkip})` : ""
+    }`,
+  ignore: redisSkip !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    await using proxy = startLatencyProxy(redis.port, ONE_WAY_MS);
+    const stats = createClient({ url: redis.url });
+    await stats.connect();
+    try {
+      // Script calls the server executed: every round trip of either mode is one.
+      const roundTrips = async () => {
+        const info = await stats.info("commandstats");
+        return [...info.matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)]
+          .reduce((sum, m) => sum + Number(m[1]), 0);
+      };
+      const instances = {} as Record<Mode, Instance[]>;
+      for (const mode of ["exact", "local-first"] as const) {
+        const config = configFor(mode, {
+          RATE_LIMIT_STORE: "redis",
+          REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
+        });
+        instances[mode] = await Promise.all(
+          [0, 1, 2].map(async () => instanceOf(config, await openRateLimitStore(config))),
+        );
+      }
+      try {
+        const figures = await measure("redis", instances, roundTrips);
+        assert.equal(figures.exact.admittedA, LIMIT, "exact Redis admits the limit exactly");
+        assert.equal(figures.exact.admittedB, LIMIT, "exact Redis admits the limit exactly");
+        assertFigures(figures);
+      } finally {
+        const all = [...instances.exact, ...instances["local-first"]];
+        await Promise.all(all.map((instance) => instance.store.close()));
+      }
+    } finally {
+      await stats.close();
+      await redis.stop();
+    }
+  },
+});
+
+/** Delays every database call of `kv` by `delayMs`: KV's primary in another region. */
+function delayedKv(kv: Deno.Kv, delayMs: number, calls: { count: number }): Deno.Kv {
+  const later = async <T>(call: () => Promise<T>): Promise<T> => {
+    calls.count++;
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
+    return await call();
+  };
+  return new Proxy(kv, {
+    get(target, property) {
+      if (property === "get") {
+        return (key: Deno.KvKey) => later(() => target.get(key));
+      }
+      if (property === "list") {
+        return (selector: Deno.KvListSelector) => {
+          calls.count++;
+          const inner = target.list(selector);
+          return (async function* () {
+            await new Promise((resolve) => setTimeout(resolve, delayMs));
+            yield* inner;
+          })();
+        };
+      }
+      if (property === "atomic") {
+        return () => {
+          const atomic = target.atomic();
+          const commit = atomic.commit.bind(atomic);
+          atomic.commit = () => later(commit);
+          return atomic;
+        };
+      }
+      const value = Reflect.get(target, property);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+Deno.test("three instances on one Deno KV 80 ms away: exact waits for it, local-first stays within its bound", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const calls = { count: 0 };
+    const instances = {} as Record<Mode, Instance[]>;
+    for (const mode of ["exact", "local-first"] as const) {
+      const config = configFor(mode, { RATE_LIMIT_STORE: "kv" });
+      const policy: RateLimitPolicy = {
+        limit: LIMIT,
+        windowMs: config.rateLimitWindowSeconds * 1000,
+      };
+      instances[mode] = await Promise.all([0, 1, 2].map(async () => {
+        // Each instance its own handle on the file, as separate processes would have.
+        const kv = delayedKv(await Deno.openKv(`${dir}/limits.sqlite3`), RTT_MS, calls);
+        const store = mode === "exact"
+          ? new GuardedStore(new KvStore(kv, policy, { ownsKv: true }), {
+            policy,
+            timeoutMs: config.rateLimitStoreTimeoutMs,
+            onError: "open",
+          })
+          : new LocalFirstStore(new KvSyncBackend(kv, policy.windowMs, { ownsKv: true }), policy, {
+            syncMs: SYNC_MS,
+            syncTimeoutMs: config.rateLimitStoreTimeoutMs,
+          });
+        return instanceOf(config, store);
+      }));
+    }
+    try {
+      assertFigures(await measure("kv", instances, () => Promise.resolve(calls.count)));
+    } finally {
+      const all = [...instances.exact, ...instances["local-first"]];
+      await Promise.all(all.map((instance) => instance.store.close()));
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** Waits until `condition` holds, at most `timeoutMs`. */
+async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not reached in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+Deno.test({
+  name:
+    `local-first on Redis: while Redis is down each instance limits by its own log, and recovery reconciles without refusing anyone for it${
+      redisSkip ? ` (skipped: ${redisSkip})` : ""
+    }`,
+  ignore: redisSkip !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    const limit = 10;
+    const config = configFor("local-first", {
+      RATE_LIMIT: String(limit),
+      RATE_LIMIT_STORE: "redis",
+      REDIS_URL: redis.url,
+      RATE_LIMIT_SYNC_MS: "20",
+    });
+    const incidents: SyncIncident[] = [];
+    const [a, b] = await Promise.all(
+      [0, 1].map(() =>
+        openRateLimitStore(config, { onSyncIncident: (incident) => incidents.push(incident) })
+      ),
+    ) as LocalFirstStore[];
+    try {
+      const admitted = (store: LocalFirstStore, key: string, count: number) =>
+        Array.from({ length: count }, () => store.hit(key, Date.now())).filter((d) => d.allowed)
+          .length;
+      assert.equal(admitted(a!, "caller", 4), 4);
+      assert.equal(admitted(b!, "caller", 1), 1);
+      const seen = limit - 5;
+      await until(() =>
+        a!.peek("caller", Date.now()).remaining === seen &&
+        b!.peek("caller", Date.now()).remaining === seen
+      );
+
+      await redis.stop();
+      await until(() => !a!.synced && !b!.synced);
+      // Never open for all: each instance refuses past the limit from its own log and what it saw.
+      assert.equal(admitted(a!, "caller", 20), seen);
+      assert.equal(admitted(b!, "caller", 20), seen);
+      assert.equal(b!.hit("caller", Date.now()).allowed, false);
+
+      await redis.start();
+      await until(() => a!.synced && b!.synced, 10_000);
+      assert.deepEqual(incidents.map((i) => i.kind).toSorted(), [
+        "resynced",
+        "resynced",
+        "unsynced",
+        "unsynced",
+      ]);
+      // The hits admitted during the outage reached the restarted, empty Redis.
+      const check = createClient({ url: redis.url });
+      await check.connect();
+      try {
+        assert.equal(await check.zCard("rate_limit:caller"), 5 + 2 * seen);
+      } finally {
+        await check.close();
+      }
+      // Recovery refuses nobody for it: a fresh caller is admitted on both at once.
+      assert.equal(a!.hit("fresh", Date.now()).allowed, true);
+      assert.equal(b!.hit("fresh", Date.now()).allowed, true);
+    } finally {
+      await Promise.all([a!.close(), b!.close()]);
+      await redis.stop();
+    }
+  },
+});

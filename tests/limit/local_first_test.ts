@@ -1,0 +1,392 @@
+/**
+ * `local-first`: a decision never waits for the store; the overshoot across instances stays within
+ * {@linkcode overshootBound} (a fast-check property over simulated instances, syncs and store
+ * latency, checked against the exact sliding-window model); a store that is down leaves each instance
+ * limiting by its own log; recovery sends the queued hits without refusing anyone for it.
+ *
+ * The simulation drives the real {@linkcode LocalFirstStore} with an injected clock and a backend
+ * whose round trips take simulated time; the real stores over Redis and KV are in
+ * `local_first_shared_test.ts`.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import {
+  LocalFirstStore,
+  MAX_QUIET_CALLERS,
+  MAX_SYNC_CALLERS,
+  overshootBound,
+  type SyncBackend,
+  type SyncBatch,
+  type SyncIncident,
+} from "../../lib/limit/local_first.ts";
+
+const WINDOW_MS = 1000;
+const NUM_RUNS = 150;
+
+/** A discrete-event clock: callbacks run in time order; microtasks drain after each. */
+class Simulation {
+  now = 0;
+  #queue: Array<{ at: number; seq: number; run: () => void }> = [];
+  #seq = 0;
+
+  at(time: number, run: () => void): void {
+    this.#queue.push({ at: time, seq: this.#seq++, run });
+    this.#queue.sort((a, b) => a.at - b.at || a.seq - b.seq);
+  }
+
+  async runUntil(end: number): Promise<void> {
+    while (this.#queue.length > 0 && this.#queue[0]!.at <= end) {
+      const event = this.#queue.shift()!;
+      this.now = event.at;
+      event.run();
+      // Let the store apply a reply before time moves on.
+      for (let i = 0; i < 100; i++) await Promise.resolve();
+    }
+    this.now = end;
+  }
+}
+
+/** The shared store: every instance's hits with their member ids, as Redis keeps them. */
+class SimulatedBackend implements SyncBackend {
+  roundTrips = 0;
+  down = false;
+  constructor(
+    readonly sim: Simulation,
+    readonly rttMs: number,
+    readonly shared: Map<string, Map<string, { t: number; instance: string }>>,
+    readonly windowMs: number,
+  ) {}
+
+  sync(batch: SyncBatch): Promise<Map<string, number[]>> {
+    this.roundTrips++;
+    return new Promise((resolve, reject) => {
+      this.sim.at(this.sim.now + this.rttMs / 2, () => {
+        if (this.down) {
+          this.sim.at(this.sim.now + this.rttMs / 2, () => reject(new Error("connection refused")));
+          return;
+        }
+        const reply = this.#apply(batch);
+        this.sim.at(this.sim.now + this.rttMs / 2, () => resolve(reply));
+      });
+    });
+  }
+
+  #apply(batch: SyncBatch): Map<string, number[]> {
+    const reply = new Map<string, number[]>();
+    for (const [key, entry] of batch.callers) {
+      let log = this.shared.get(key);
+      if (log === undefined) this.shared.set(key, log = new Map());
+      for (const [t, member] of entry.fresh) log.set(member, { t, instance: batch.instance });
+      const others = [...log.values()]
+        .filter((hit) => hit.instance !== batch.instance && hit.t > batch.now - this.windowMs)
+        .map((hit) => hit.t);
+      reply.set(key, others);
+    }
+    return reply;
+  }
+
+  close(): void {}
+}
+
+interface Scenario {
+  limit: number;
+  instances: number;
+  syncMs: number;
+  rttMs: number;
+  /** The window (default {@linkcode WINDOW_MS}). */
+  windowMs?: number;
+  /** Requests of one caller: time and the instance it reaches. */
+  requests: Array<{ t: number; instance: number }>;
+}
+
+interface Outcome {
+  admitted: Array<{ t: number; instance: number }>;
+  staleMs: number;
+  roundTrips: number;
+}
+
+/** Runs `scenario` on `instances` real stores syncing through one simulated backend. */
+async function simulate(scenario: Scenario): Promise<Outcome> {
+  const sim = new Simulation();
+  const windowMs = scenario.windowMs ?? WINDOW_MS;
+  const policy: RateLimitPolicy = { limit: scenario.limit, windowMs };
+  const backend = new SimulatedBackend(sim, scenario.rttMs, new Map(), windowMs);
+  const stores = Array.from(
+    { length: scenario.instances },
+    (_, i) =>
+      new LocalFirstStore(backend, policy, {
+        syncMs: scenario.syncMs,
+        syncTimeoutMs: 1e9,
+        clock: () => sim.now,
+        autoSync: false,
+        instance: `i${i}`,
+      }),
+  );
+  // The real store's loop: one sync in flight, starts at least `syncMs` apart.
+  const tick = (store: LocalFirstStore) => {
+    const started = sim.now;
+    void store.sync().finally(() => {
+      sim.at(sim.now + Math.max(0, scenario.syncMs - (sim.now - started)), () => tick(store));
+    });
+  };
+  stores.forEach((store, i) =>
+    sim.at((i * scenario.syncMs) / scenario.instances, () => tick(store))
+  );
+  const admitted: Outcome["admitted"] = [];
+  for (const request of scenario.requests) {
+    sim.at(request.t, () => {
+      if (stores[request.instance]!.hit("caller", sim.now).allowed) admitted.push(request);
+    });
+  }
+  const end = Math.max(0, ...scenario.requests.map((r) => r.t)) + 1;
+  await sim.runUntil(end);
+  const staleMs = 2 * Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
+  return { admitted, staleMs, roundTrips: backend.roundTrips };
+}
+
+const scenarioArbitrary = fc.record({
+  limit: fc.integer({ min: 1, max: 20 }),
+  instances: fc.integer({ min: 1, max: 4 }),
+  syncMs: fc.integer({ min: 5, max: 100 }),
+  rttMs: fc.integer({ min: 0, max: 120 }).map((ms) => ms - (ms % 2)),
+  requests: fc.array(
+    fc.record({ t: fc.integer({ min: 0, max: 3000 }), instance: fc.nat(3) }),
+    { maxLength: 200 },
+  ),
+}).map((s) => ({
+  ...s,
+  requests: s.requests
+    .map((r) => ({ t: r.t, instance: r.instance % s.instances }))
+    .sort((a, b) => a.t - b.t),
+}));
+
+/**
+ * When the caller's current stretch of activity at `instance` began: its first request there after
+ * the last gap of a window or more (after such a gap the instance may have forgotten the caller).
+ */
+function activeSince(requests: Scenario["requests"], instance: number, t: number): number {
+  let since = Number.NaN;
+  let previous = Number.NEGATIVE_INFINITY;
+  for (const r of requests) {
+    if (r.t > t) break;
+    if (r.instance !== instance) continue;
+    if (r.t - previous >= WINDOW_MS) since = r.t;
+    previous = r.t;
+  }
+  return since;
+}
+
+Deno.test("local-first admits at most limit + the requests the other instances took in the last D, in any window", async () => {
+  await fc.assert(
+    fc.asyncProperty(scenarioArbitrary, async (scenario) => {
+      const { admitted, staleMs } = await simulate(scenario);
+      const firstSyncMs = Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
+      const cap = (scenario.instances - 1) * scenario.limit;
+      for (const last of admitted) {
+        const inWindow = admitted.filter((a) => a.t > last.t - WINDOW_MS && a.t <= last.t).length;
+        // What the deciding instance could not have seen: the others' requests of the last D,
+        // once its first sync of this caller has come back; before that, all of them.
+        const synced = last.t - activeSince(scenario.requests, last.instance, last.t) >=
+          firstSyncMs;
+        const unseen = scenario.requests.filter((r) =>
+          r.instance !== last.instance && r.t >= last.t - staleMs && r.t <= last.t
+        ).length;
+        const bound = scenario.limit + (synced ? Math.min(unseen, cap) : cap);
+        assert.ok(
+          inWindow <= bound,
+          `${inWindow} admitted in the window ending at ${last.t}, bound ${bound}`,
+        );
+      }
+    }),
+    { numRuns: NUM_RUNS },
+  );
+});
+
+Deno.test("local-first on one instance decides exactly as the in-memory sliding window", async () => {
+  await fc.assert(
+    fc.asyncProperty(scenarioArbitrary, async (scenario) => {
+      const single = {
+        ...scenario,
+        instances: 1,
+        requests: scenario.requests.map((r) => ({ ...r, instance: 0 })),
+      };
+      const { admitted } = await simulate(single);
+      const model = new MemoryStore({ limit: scenario.limit, windowMs: WINDOW_MS }, {
+        sweep: false,
+      });
+      const expected = single.requests.filter((r) => model.hit("caller", r.t).allowed);
+      assert.deepEqual(admitted, expected);
+    }),
+    { numRuns: NUM_RUNS },
+  );
+});
+
+Deno.test("local-first stays within overshootBound when a caller alternates over two instances at 50/s", async () => {
+  // The issue's scenario (a): 50 requests/s for 4 s, limit 60, a store 80 ms away, syncs every 50 ms.
+  const requests = Array.from({ length: 200 }, (_, i) => ({ t: i * 20, instance: i % 2 }));
+  const scenario = { limit: 60, windowMs: 60_000, instances: 2, syncMs: 50, rttMs: 80, requests };
+  const { admitted } = await simulate(scenario);
+  const bound = overshootBound({
+    limit: 60,
+    ratePerSecond: 50,
+    instances: 2,
+    syncMs: 50,
+    rttMs: 80,
+  });
+  assert.equal(bound, 6);
+  assert.ok(admitted.length >= 60 && admitted.length <= 60 + bound, `admitted ${admitted.length}`);
+});
+
+Deno.test("overshootBound is capped by what the other instances can admit on their own", () => {
+  assert.equal(
+    overshootBound({ limit: 60, ratePerSecond: 1e6, instances: 3, syncMs: 50, rttMs: 80 }),
+    120,
+  );
+  assert.equal(
+    overshootBound({ limit: 60, ratePerSecond: 1e6, instances: 1, syncMs: 50, rttMs: 80 }),
+    0,
+  );
+  // An uneven spread: the whole rate may come from the others.
+  assert.equal(
+    overshootBound({ limit: 60, ratePerSecond: 100, instances: Infinity, syncMs: 10, rttMs: 1 }),
+    3,
+  );
+});
+
+/** A backend whose calls never settle, or fail, as the test chooses. */
+class BrokenBackend implements SyncBackend {
+  roundTrips = 0;
+  mode: "hang" | "fail" | "answer" = "hang";
+  received: SyncBatch[] = [];
+  sync(batch: SyncBatch): Promise<Map<string, number[]>> {
+    this.roundTrips++;
+    if (this.mode === "hang") return new Promise(() => {});
+    if (this.mode === "fail") return Promise.reject(new Error("connection refused"));
+    this.received.push(batch);
+    return Promise.resolve(new Map());
+  }
+  close(): void {}
+}
+
+Deno.test("local-first answers synchronously while the store hangs, and still limits by its own log", () => {
+  const backend = new BrokenBackend();
+  const store = new LocalFirstStore(backend, { limit: 3, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+  });
+  void store.sync();
+  const decisions: Decision[] = [];
+  for (let i = 0; i < 4; i++) decisions.push(store.hit("caller", 1000 + i));
+  assert.ok(decisions.every((d) => !(d instanceof Promise)));
+  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, true, false]);
+  assert.deepEqual(decisions.map((d) => d.remaining), [2, 1, 0, 0]);
+});
+
+Deno.test("local-first sends the hits admitted during an outage with the first sync that succeeds, and reports the outage once", async () => {
+  const backend = new BrokenBackend();
+  backend.mode = "fail";
+  const incidents: SyncIncident[] = [];
+  let now = 1000;
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => now,
+    onIncident: (incident) => incidents.push(incident),
+  });
+  for (let i = 0; i < 5; i++) store.hit("caller", now++);
+  await store.sync();
+  store.hit("caller", now++);
+  await store.sync();
+  assert.equal(store.synced, false);
+  backend.mode = "answer";
+  now += 500;
+  await store.sync();
+  assert.equal(store.synced, true);
+  assert.equal(backend.received.length, 1);
+  // The whole log: the store may have lost what it had acknowledged before the outage.
+  assert.equal(backend.received[0]!.callers.get("caller")!.fresh.length, 6);
+  assert.equal(incidents.length, 2);
+  assert.equal(incidents[0]!.kind, "unsynced");
+  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 501, failedSyncs: 2 });
+  // Acknowledged hits are not sent again.
+  await store.sync();
+  assert.equal(backend.received[1]!.callers.get("caller")!.fresh.length, 0);
+  // Nobody was refused because of the outage.
+  assert.equal(store.hit("caller", now).remaining, 60 - 7);
+});
+
+Deno.test("local-first peek reports the local and the synced counts without counting", async () => {
+  const backend: SyncBackend = {
+    roundTrips: 0,
+    sync: (batch) =>
+      Promise.resolve(new Map([...batch.callers.keys()].map((k) => [k, [500, 600]]))),
+    close: () => {},
+  };
+  const store = new LocalFirstStore(backend, { limit: 4, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => 1000,
+  });
+  store.hit("caller", 1000);
+  await store.sync();
+  assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
+  assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
+  assert.deepEqual(store.hit("caller", 1001), { allowed: true, remaining: 0, resetSeconds: 60 });
+  assert.equal(store.peek("caller", 1001).allowed, false);
+  // The others' timestamps leave the window here as they would in the store.
+  assert.deepEqual(store.peek("caller", 60_601).remaining, 2);
+});
+
+Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers left out go next", async () => {
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => 1000,
+  });
+  for (let i = 0; i <= MAX_SYNC_CALLERS; i++) store.hit(`c${i}`, 1000);
+  await store.sync();
+  await store.sync();
+  const [first, second] = backend.received;
+  assert.equal(first!.callers.size, MAX_SYNC_CALLERS);
+  const left = `c${MAX_SYNC_CALLERS}`;
+  assert.equal(first!.callers.has(left), false);
+  assert.equal(second!.callers.has(left), true, "the caller left out goes first next time");
+  assert.equal(second!.callers.get(left)!.fresh.length, 1);
+});
+
+Deno.test("local-first sends every caller with new hits but refreshes at most MAX_QUIET_CALLERS quiet ones per sync, in turn", async () => {
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => 1000,
+  });
+  const quiet = 2 * MAX_QUIET_CALLERS + 50;
+  for (let i = 0; i < quiet; i++) store.hit(`q${i}`, 1000);
+  await store.sync(); // every caller has a new hit: all are sent
+  assert.equal(backend.received[0]!.callers.size, quiet);
+  store.hit("busy", 1000);
+  const refreshed = new Set<string>();
+  for (let round = 0; round < 3; round++) {
+    await store.sync();
+    const batch = backend.received.at(-1)!;
+    // In the first round "busy" has a new hit; later it is one more quiet caller taking its turn.
+    assert.equal(batch.callers.size, MAX_QUIET_CALLERS + (round === 0 ? 1 : 0));
+    if (round === 0) assert.ok(batch.callers.has("busy"), "a caller with a new hit is always sent");
+    for (const key of batch.callers.keys()) if (key.startsWith("q")) refreshed.add(key);
+  }
+  assert.equal(refreshed.size, quiet, "the quiet callers take turns: none is left out");
+});

@@ -1,0 +1,424 @@
+/**
+ * Tests of the sliding-window decision, the in-memory store (with an injected clock) and the header
+ * values, plus property tests of exactness for random arrival times and callers.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { compactKey, MemoryStore, REBASE_AFTER_MS } from "../../lib/limit/memory.ts";
+import { type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
+
+const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
+const T0 = 1_700_000_000_000;
+
+function store(policy: RateLimitPolicy = POLICY, maxCallers?: number): MemoryStore {
+  return new MemoryStore(policy, {
+    sweep: false,
+    ...(maxCallers === undefined ? {} : { maxCallers }),
+  });
+}
+
+Deno.test("hit() admits the first request with limit-1 remaining and a full window to reset", () => {
+  const s = store();
+  assert.deepEqual(s.hit("a", T0), { allowed: true, remaining: 59, resetSeconds: 60 });
+});
+
+Deno.test("hit() rejects the 61st request in a window, and does not count it", () => {
+  const s = store();
+  for (let i = 0; i < 60; i++) {
+    assert.equal(s.hit("a", T0 + i * 100).allowed, true, `request ${i + 1}`);
+  }
+  const refused = s.hit("a", T0 + 6_000);
+  assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 54 });
+  // Refusals are not counted: once the oldest leaves, exactly one more is admitted.
+  for (let i = 0; i < 100; i++) s.hit("a", T0 + 6_001 + i);
+  assert.equal(s.hit("a", T0 + 60_000).allowed, true);
+  assert.equal(s.hit("a", T0 + 60_001).allowed, false);
+});
+
+Deno.test("hit() admits again exactly when the oldest counted request leaves the window", () => {
+  const s = store({ limit: 2, windowMs: 10_000 });
+  s.hit("a", T0);
+  s.hit("a", T0 + 4_000);
+  assert.deepEqual(s.hit("a", T0 + 9_999), { allowed: false, remaining: 0, resetSeconds: 1 });
+  // At T0 + window the first request is out (the window is (now - w, now]).
+  assert.deepEqual(s.hit("a", T0 + 10_000), { allowed: true, remaining: 0, resetSeconds: 4 });
+  assert.equal(s.hit("a", T0 + 10_001).allowed, false);
+});
+
+Deno.test("hit() reports reset as seconds until the oldest counted request leaves, rounded up", () => {
+  const s = store();
+  s.hit("a", T0);
+  assert.equal(s.hit("a", T0 + 500).resetSeconds, 60); // 59.5 s -> 60
+  assert.equal(s.hit("a", T0 + 1_000).resetSeconds, 59);
+  assert.equal(s.hit("a", T0 + 59_999).resetSeconds, 1); // 1 ms -> 1 s, never 0 while counted
+});
+
+Deno.test("hit() keeps callers apart", () => {
+  const s = store({ limit: 1, windowMs: 1_000 });
+  assert.equal(s.hit("a", T0).allowed, true);
+  assert.equal(s.hit("a", T0).allowed, false);
+  assert.equal(s.hit("b", T0).allowed, true);
+});
+
+Deno.test("peek() reports without counting", () => {
+  const s = store({ limit: 3, windowMs: 10_000 });
+  assert.deepEqual(s.peek("a", T0), { allowed: true, remaining: 3, resetSeconds: 0 });
+  s.hit("a", T0);
+  for (let i = 0; i < 5; i++) {
+    assert.deepEqual(s.peek("a", T0 + 1_000), { allowed: true, remaining: 2, resetSeconds: 9 });
+  }
+  s.hit("a", T0 + 1);
+  s.hit("a", T0 + 2);
+  assert.deepEqual(s.peek("a", T0 + 2_000), { allowed: false, remaining: 0, resetSeconds: 8 });
+  assert.deepEqual(s.peek("a", T0 + 10_002), { allowed: true, remaining: 3, resetSeconds: 0 });
+});
+
+Deno.test("sweep() forgets callers with nothing left in the window and keeps the others", () => {
+  const s = store({ limit: 5, windowMs: 10_000 });
+  s.hit("old", T0);
+  s.hit("old2", T0);
+  s.hit("old2", T0 + 1);
+  s.hit("new", T0 + 9_000);
+  s.sweep(T0 + 10_001, 1_000);
+  assert.equal(s.stats().tracked, 1);
+  assert.equal(s.peek("new", T0 + 10_001).remaining, 4);
+});
+
+Deno.test("sweep() with a small budget resumes where it stopped", () => {
+  const s = store({ limit: 5, windowMs: 1_000 });
+  for (let i = 0; i < 10; i++) s.hit(`k${i}`, T0);
+  s.sweep(T0 + 2_000, 4);
+  assert.equal(s.stats().tracked, 6);
+  s.sweep(T0 + 2_000, 4);
+  s.sweep(T0 + 2_000, 4);
+  assert.equal(s.stats().tracked, 0);
+});
+
+Deno.test("the store never tracks more callers than its cap, and forgets the one added longest ago", () => {
+  let reported = 0;
+  const s = new MemoryStore({ limit: 1, windowMs: 60_000 }, {
+    sweep: false,
+    maxCallers: 3,
+    onCapacity: () => reported++,
+  });
+  for (const key of ["a", "b", "c", "d", "e"]) s.hit(key, T0);
+  assert.deepEqual(s.stats(), { tracked: 3, evicted: 2, previousBase: 0 });
+  assert.equal(reported, 1, "the cap is reported once per incident, not per caller");
+  assert.equal(s.hit("a", T0).allowed, true, "a was forgotten, so it is admitted again");
+  assert.equal(s.hit("e", T0).allowed, false, "e is still tracked");
+});
+
+Deno.test("property: no caller is ever admitted more than the limit in any window", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 8 }),
+      fc.integer({ min: 1, max: 20 }).map((s) => s * 1000),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 3_000 })), {
+        minLength: 1,
+        maxLength: 300,
+      }),
+      (limit, windowMs, arrivals) => {
+        const s = store({ limit, windowMs });
+        let now = T0;
+        const admitted = new Map<string, number[]>();
+        for (const [caller, gap] of arrivals) {
+          now += gap;
+          const key = `c${caller}`;
+          const times = admitted.get(key) ?? [];
+          const inWindow = times.filter((t) => t > now - windowMs).length;
+          const decision = s.hit(key, now);
+          // Exact: admitted if and only if fewer than `limit` were admitted in (now - window, now].
+          assert.equal(decision.allowed, inWindow < limit);
+          if (decision.allowed) {
+            times.push(now);
+            admitted.set(key, times);
+            assert.equal(decision.remaining, limit - inWindow - 1);
+          } else {
+            assert.ok(decision.resetSeconds >= 1);
+          }
+        }
+        // Check every window of every caller directly, not only at arrival times.
+        for (const times of admitted.values()) {
+          for (let i = 0; i < times.length; i++) {
+            const inside = times.filter((t) => t > times[i]! - windowMs && t <= times[i]!).length;
+            assert.ok(inside <= limit, `${inside} admitted in one window, limit ${limit}`);
+          }
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("property: a sweep at any time never changes a decision", () => {
+  fc.assert(
+    fc.property(
+      fc.array(
+        fc.tuple(fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 4_000 }), fc.boolean()),
+        {
+          maxLength: 200,
+        },
+      ),
+      (arrivals) => {
+        const policy = { limit: 3, windowMs: 5_000 };
+        const swept = store(policy);
+        const plain = store(policy);
+        let now = T0;
+        for (const [caller, gap, sweep] of arrivals) {
+          now += gap;
+          if (sweep) swept.sweep(now, 2);
+          assert.deepEqual(swept.hit(`c${caller}`, now), plain.hit(`c${caller}`, now));
+        }
+      },
+    ),
+    { numRuns: 200 },
+  );
+});
+
+Deno.test("compactKey() holds canonical IPv4 addresses as their 32-bit value and every other key as it is", () => {
+  assert.equal(compactKey("0.0.0.0"), 0);
+  assert.equal(compactKey("10.1.2.3"), 0x0a010203);
+  assert.equal(compactKey("127.0.0.1"), 0x7f000001);
+  assert.equal(compactKey("255.255.255.255"), -1); // int32: high addresses are negative
+  assert.equal(compactKey("192.0.2.1"), 0xc0000201 | 0);
+  for (
+    const other of [
+      "010.0.0.1", // leading zero: not canonical, so not the same caller as 10.0.0.1
+      "10.0.0.01",
+      "00.0.0.0",
+      "256.0.0.1",
+      "1.2.3",
+      "1.2.3.4.5",
+      "1..2.3",
+      ".1.2.3",
+      "1.2.3.",
+      "1.2.3.4 ",
+      "1234.1.1.1",
+      "2001:0db8:0001:0002::/64",
+      "::ffff:1.2.3.4",
+      "unix",
+      "",
+    ]
+  ) {
+    assert.equal(compactKey(other), other, other);
+  }
+});
+
+Deno.test("property: compactKey() gives a number exactly for a canonical dotted IPv4 address, and back", () => {
+  // The reference: four decimal octets 0-255 without leading zeros.
+  const canonical =
+    /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+  const octet = fc.oneof(
+    fc.integer({ min: 0, max: 255 }).map(String),
+    fc.integer({ min: 0, max: 99 }).map((o) => `0${o}`), // leading zero
+    fc.integer({ min: 256, max: 999 }).map(String), // out of range
+    fc.constantFrom("", "1234", " 1", "1a", "-1"),
+  );
+  const dotted = fc.array(octet, { minLength: 2, maxLength: 5 }).map((o) => o.join("."));
+  fc.assert(
+    fc.property(fc.oneof(dotted, fc.string()), (text) => {
+      const key = compactKey(text);
+      assert.equal(typeof key === "number", canonical.test(text), text);
+      if (typeof key === "number") {
+        // Back from the number to the very same string: no two addresses share a key.
+        const back = [key >>> 24, (key >>> 16) & 255, (key >>> 8) & 255, key & 255].join(".");
+        assert.equal(back, text);
+      } else {
+        assert.equal(key, text); // any other key is itself, so distinct strings stay distinct
+      }
+    }),
+    { numRuns: 5000 },
+  );
+});
+
+Deno.test("callers counted before the store moves its base time are still counted after", () => {
+  const s = store({ limit: 3, windowMs: 60_000 });
+  s.hit("192.0.2.1", T0); // the first call sets the base time to T0
+  const late = T0 + REBASE_AFTER_MS - 30; // still within the base's range
+  s.hit("192.0.2.1", late);
+  assert.deepEqual(s.hit("192.0.2.1", late + 10), {
+    allowed: true,
+    remaining: 1,
+    resetSeconds: 60,
+  });
+  assert.deepEqual(s.hit("other", late - 5_000), { allowed: true, remaining: 2, resetSeconds: 60 });
+  // T0 + REBASE_AFTER_MS + 10 is past the range: this call moves the base. The IPv4 caller holds
+  // an array of two timestamps, "other" a single one: both keep their counts and their reset.
+  const after = T0 + REBASE_AFTER_MS + 10;
+  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 0, resetSeconds: 60 });
+  assert.equal(s.hit("192.0.2.1", after + 1).allowed, false);
+  assert.deepEqual(s.peek("other", after), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 55, // counted 5,040 ms before `after`, so it leaves 54.96 s after it
+  });
+  assert.equal(s.hit("192.0.2.1", late + 60_000).allowed, true); // the first of them has left
+});
+
+Deno.test("the store refuses a time that is not finite rather than spoil every caller", () => {
+  const s = store();
+  s.hit("192.0.2.1", T0);
+  for (const bad of [Number.NaN, Infinity, -Infinity]) {
+    assert.throws(() => s.hit("x", bad), RangeError);
+    assert.throws(() => s.peek("x", bad), RangeError);
+  }
+  assert.deepEqual(s.hit("192.0.2.1", T0 + 1), { allowed: true, remaining: 58, resetSeconds: 60 });
+});
+
+Deno.test("property: the store decides as a plain sliding log would, across keys, sweeps, long gaps and clock steps back", () => {
+  const callers = ["192.0.2.1", "10.0.0.1", "010.0.0.1", "2001:0db8:0000:0000::/64", "unix"];
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 5 }),
+      fc.array(
+        fc.tuple(
+          fc.integer({ min: 0, max: callers.length - 1 }),
+          // Mostly short gaps, some fractional, some back in time (a clock stepped back), sometimes
+          // a jump past the base-time move (2^30 ms) or a day.
+          fc.oneof(
+            fc.integer({ min: 0, max: 3_000 }),
+            fc.integer({ min: -12_000, max: -1 }),
+            fc.double({ min: 0, max: 3_000, noNaN: true }),
+            fc.constantFrom(2 ** 30 - 1, 2 ** 30, 2 ** 30 + 1, 86_400_000),
+          ),
+          fc.constantFrom("hit", "peek", "sweep"),
+        ),
+        { maxLength: 200 },
+      ),
+      (limit, arrivals) => {
+        const windowMs = 10_000;
+        const s = store({ limit, windowMs });
+        const model = new Map<string, number[]>();
+        let now = T0;
+        for (const [index, gap, action] of arrivals) {
+          now += gap;
+          const key = callers[index]!;
+          if (action === "sweep") {
+            s.sweep(now, 2); // forgets only callers with nothing left: no decision may change
+            continue;
+          }
+          const live = (model.get(key) ?? []).filter((t) => t > now - windowMs).sort((a, b) =>
+            a - b
+          );
+          const resetSeconds = live.length === 0
+            ? 0
+            : Math.ceil((live[0]! + windowMs - now) / 1000);
+          if (action === "peek") {
+            assert.deepEqual(s.peek(key, now), {
+              allowed: live.length < limit,
+              remaining: Math.max(0, limit - live.length),
+              resetSeconds,
+            });
+            continue;
+          }
+          const allowed = live.length < limit;
+          if (allowed) live.push(now);
+          live.sort((a, b) => a - b);
+          model.set(key, live);
+          assert.deepEqual(s.hit(key, now), {
+            allowed,
+            remaining: allowed ? limit - live.length : 0,
+            resetSeconds: Math.ceil((live[0]! + windowMs - now) / 1000),
+          });
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("property: with high limits, bursts within one millisecond and moves of the base time, the store decides as a plain sliding log would", () => {
+  const callers = ["192.0.2.1", "2001:0db8:0000:0000::/64", "10.0.0.7"];
+  fc.assert(
+    fc.property(
+      fc.oneof(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1_000, max: 1_000_000 })),
+      fc.integer({ min: 1, max: 5 }).map((s) => s * 1000),
+      fc.array(
+        fc.tuple(
+          fc.integer({ min: 0, max: callers.length - 1 }),
+          // Bursts: many requests in one millisecond (gap 0), then small steps, steps back, and
+          // jumps that move the base time while callers are still held under the previous one.
+          fc.oneof(
+            { arbitrary: fc.constant(0), weight: 6 },
+            { arbitrary: fc.integer({ min: 1, max: 400 }), weight: 3 },
+            { arbitrary: fc.integer({ min: -3_000, max: -1 }), weight: 1 },
+            { arbitrary: fc.constantFrom(REBASE_AFTER_MS - 500, REBASE_AFTER_MS + 1), weight: 1 },
+          ),
+          fc.integer({ min: 1, max: 60 }), // requests sent at this instant
+          fc.constantFrom("hit", "hit", "hit", "peek", "sweep"),
+        ),
+        { maxLength: 120 },
+      ),
+      (limit, windowMs, arrivals) => {
+        const s = store({ limit, windowMs });
+        const model = new Map<string, number[]>();
+        let now = T0;
+        for (const [index, gap, burst, action] of arrivals) {
+          now += gap;
+          const key = callers[index]!;
+          if (action === "sweep") {
+            s.sweep(now, 1);
+            continue;
+          }
+          for (let i = 0; i < (action === "peek" ? 1 : burst); i++) {
+            const live = (model.get(key) ?? []).filter((t) => t > now - windowMs);
+            if (action === "peek") {
+              assert.deepEqual(s.peek(key, now), {
+                allowed: live.length < limit,
+                remaining: Math.max(0, limit - live.length),
+                resetSeconds: live.length === 0
+                  ? 0
+                  : resetSecondsOf(Math.min(...live), now, windowMs),
+              });
+              continue;
+            }
+            const allowed = live.length < limit;
+            if (allowed) live.push(now);
+            model.set(key, live);
+            assert.deepEqual(s.hit(key, now), {
+              allowed,
+              remaining: allowed ? limit - live.length : 0,
+              resetSeconds: resetSecondsOf(Math.min(...live), now, windowMs),
+            });
+          }
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("moving the base time visits no caller at once: callers move across when seen or swept", () => {
+  const s = store({ limit: 3, windowMs: 60_000 });
+  const late = T0 + REBASE_AFTER_MS - 1_000;
+  s.hit("192.0.2.1", T0); // the first call sets the base time to T0
+  for (let i = 0; i < 10_000; i++) s.hit(`2001:0db8:0000:${i.toString(16)}::/64`, late);
+  s.hit("192.0.2.1", late);
+  const after = late + 2_000; // past the base's range: this call moves the base
+  // T0's request has long left the window; `late`'s is counted, 58 s before it leaves.
+  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 1, resetSeconds: 58 });
+  assert.deepEqual(s.stats(), { tracked: 10_001, evicted: 0, previousBase: 10_000 });
+  assert.deepEqual(s.peek("2001:0db8:0000:2a::/64", after), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 58,
+  });
+  assert.equal(s.stats().previousBase, 9_999);
+  s.sweep(after, 5_000);
+  assert.equal(s.stats().previousBase, 4_999);
+  s.sweep(after, 5_000);
+  assert.deepEqual(s.stats(), { tracked: 10_001, evicted: 0, previousBase: 0 });
+  assert.equal(s.hit("2001:0db8:0000:0::/64", after).remaining, 1);
+  // Callers that left the window while held under the previous base are forgotten as they move.
+  const other = store({ limit: 3, windowMs: 60_000 });
+  other.hit("a", T0);
+  other.hit("b", late);
+  other.hit("c", after); // moves the base: "a" (long expired) and "b" stay under the previous one
+  assert.deepEqual(other.stats(), { tracked: 3, evicted: 0, previousBase: 2 });
+  other.sweep(after + 59_000, 10); // "b" left the window at after + 58 s
+  assert.deepEqual(other.stats(), { tracked: 1, evicted: 0, previousBase: 0 });
+  assert.equal(other.peek("c", after + 59_000).remaining, 2);
+});

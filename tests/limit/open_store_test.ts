@@ -1,0 +1,168 @@
+/**
+ * Choosing the store: the configuration of the shared stores (defaults, every problem listed) and
+ * `openRateLimitStore` building what the configuration names.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type Env, type EnvName, loadConfig, recordEnv } from "../../lib/config.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { BREAKER_DEFAULTS } from "../../lib/limit/circuit_breaker.ts";
+import { GuardedStore } from "../../lib/limit/guard.ts";
+import { LocalFirstStore } from "../../lib/limit/local_first.ts";
+import { openRateLimitStore } from "../../lib/limit/open_store.ts";
+
+function configOf(env: Partial<Record<EnvName, string>>) {
+  const result = loadConfig(recordEnv(env) satisfies Env);
+  if (!result.ok) throw new Error(result.errors.join("; "));
+  return result.config;
+}
+
+Deno.test("the memory store, a 100 ms bound and fail open are the defaults", () => {
+  const config = configOf({});
+  assert.equal(config.rateLimitStore, "memory");
+  assert.equal(config.kvPath, undefined);
+  assert.equal(config.redisUrl, undefined);
+  assert.equal(config.rateLimitStoreTimeoutMs, 100);
+  assert.equal(config.rateLimitOnStoreError, "open");
+  assert.equal(config.rateLimitConsistency, "exact");
+  assert.equal(config.rateLimitSyncMs, 50);
+});
+
+Deno.test("RATE_LIMIT_CONSISTENCY and RATE_LIMIT_SYNC_MS are read, and bad values listed", () => {
+  const config = configOf({ RATE_LIMIT_CONSISTENCY: "Local-First", RATE_LIMIT_SYNC_MS: "200" });
+  assert.equal(config.rateLimitConsistency, "local-first");
+  assert.equal(config.rateLimitSyncMs, 200);
+  const result = loadConfig(
+    recordEnv({ RATE_LIMIT_CONSISTENCY: "eventual", RATE_LIMIT_SYNC_MS: "0" }),
+  );
+  assert.deepEqual(result.ok ? [] : result.errors, [
+    'RATE_LIMIT_CONSISTENCY must be exact or local-first, got "eventual"',
+    "RATE_LIMIT_SYNC_MS must be from 1 to 60000, got 0",
+  ]);
+});
+
+Deno.test("store settings are read case-insensitively", () => {
+  const config = configOf({
+    RATE_LIMIT_STORE: "Redis",
+    REDIS_URL: "rediss://cache.example:6380/2",
+    RATE_LIMIT_ON_STORE_ERROR: "CLOSED",
+    RATE_LIMIT_STORE_TIMEOUT_MS: "25",
+  });
+  assert.equal(config.rateLimitStore, "redis");
+  assert.equal(config.redisUrl, "rediss://cache.example:6380/2");
+  assert.equal(config.rateLimitOnStoreError, "closed");
+  assert.equal(config.rateLimitStoreTimeoutMs, 25);
+});
+
+Deno.test("every store setting problem is listed at once, without the Redis password", () => {
+  const result = loadConfig(recordEnv({
+    RATE_LIMIT_STORE: "memcached",
+    REDIS_URL: "http://user:hunter2@cache.example",
+    RATE_LIMIT_STORE_TIMEOUT_MS: "0",
+    RATE_LIMIT_ON_STORE_ERROR: "maybe",
+  }));
+  assert.equal(result.ok, false);
+  const errors = result.ok ? [] : result.errors;
+  assert.deepEqual(errors, [
+    'RATE_LIMIT_STORE must be memory, kv or redis, got "memcached"',
+    'REDIS_URL must be a redis:// or rediss:// URL, got "http://user:***@cache.example/"',
+    "RATE_LIMIT_STORE_TIMEOUT_MS must be from 1 to 60000, got 0",
+    'RATE_LIMIT_ON_STORE_ERROR must be open or closed, got "maybe"',
+  ]);
+  assert.ok(!errors.join("\n").includes("hunter2"));
+});
+
+Deno.test("the redis store requires REDIS_URL", () => {
+  const result = loadConfig(recordEnv({ RATE_LIMIT_STORE: "redis" }));
+  assert.deepEqual(result.ok ? [] : result.errors, [
+    "REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)",
+  ]);
+});
+
+Deno.test("the kv store rejects a limit larger than one KV value holds", () => {
+  const result = loadConfig(recordEnv({ RATE_LIMIT_STORE: "kv", RATE_LIMIT: "8001" }));
+  assert.equal(result.ok, false);
+  assert.match(result.ok ? "" : result.errors[0]!, /^RATE_LIMIT must be at most 8000/);
+  assert.equal(loadConfig(recordEnv({ RATE_LIMIT: "8001" })).ok, true, "memory has no such cap");
+});
+
+Deno.test("openRateLimitStore builds the memory store unguarded", async () => {
+  const store = await openRateLimitStore(configOf({}));
+  try {
+    assert.ok(store instanceof MemoryStore);
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("openRateLimitStore builds a guarded KV store on KV_PATH", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = await openRateLimitStore(
+    configOf({ RATE_LIMIT_STORE: "kv", KV_PATH: `${dir}/limit.sqlite3`, RATE_LIMIT: "2" }),
+  );
+  try {
+    assert.ok(store instanceof GuardedStore);
+    const now = Date.now();
+    assert.equal((await store.hit("a", now)).remaining, 1);
+    assert.equal((await store.hit("a", now)).remaining, 0);
+    assert.equal((await store.hit("a", now)).allowed, false);
+    assert.ok((await Deno.stat(`${dir}/limit.sqlite3`)).isFile);
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("openRateLimitStore builds a local-first KV store that answers at once and syncs the instances", async () => {
+  const dir = await Deno.makeTempDir();
+  const env = {
+    RATE_LIMIT_STORE: "kv",
+    KV_PATH: `${dir}/limit.sqlite3`,
+    RATE_LIMIT: "3",
+    RATE_LIMIT_CONSISTENCY: "local-first",
+    RATE_LIMIT_SYNC_MS: "10",
+  } as const;
+  const first = await openRateLimitStore(configOf(env));
+  const second = await openRateLimitStore(configOf(env));
+  try {
+    assert.ok(first instanceof LocalFirstStore && second instanceof LocalFirstStore);
+    const now = Date.now();
+    const decisions = [first.hit("a", now), first.hit("a", now)];
+    assert.ok(decisions.every((d) => !(d instanceof Promise)), "no decision waits for the store");
+    await first.sync();
+    second.hit("a", now); // the second instance starts syncing this caller
+    await second.sync();
+    assert.equal((await second.hit("a", now)).allowed, false, "3 admitted across both: the limit");
+  } finally {
+    await first.close();
+    await second.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("openRateLimitStore starts on an unreachable Redis and answers by policy", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  const incidents: unknown[] = [];
+  const store = await openRateLimitStore(
+    configOf({
+      RATE_LIMIT_STORE: "redis",
+      REDIS_URL: `redis://127.0.0.1:${port}`,
+      RATE_LIMIT_STORE_TIMEOUT_MS: "1000",
+      RATE_LIMIT_ON_STORE_ERROR: "closed",
+    }),
+    { onIncident: (incident) => incidents.push(incident) },
+  );
+  try {
+    // Every failed call is answered by the policy; the breaker reports the outage once it is sustained.
+    for (let i = 0; i < BREAKER_DEFAULTS.minFailures; i++) {
+      assert.equal((await store.hit("a", Date.now())).unavailable, true);
+    }
+    assert.equal(incidents.length, 1);
+  } finally {
+    await store.close();
+  }
+});

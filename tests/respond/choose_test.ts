@@ -1,0 +1,132 @@
+/**
+ * Tests of the per-request choice: given a route (or none) and a decision, the template that
+ * answers, in the order the handler's contract sets (429, 400, 404, 304, 200, 204, 405).
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import type { Decision } from "../../lib/limit/decision.ts";
+import { createChooser, refusal, variantResponse } from "../../lib/respond/choose.ts";
+import {
+  buildServiceTemplates,
+  type RouteTemplates,
+  type ServiceTemplates,
+} from "../../lib/respond/service_templates.ts";
+import { buildRoutes } from "../../lib/routes.ts";
+import { testConfig, testContent } from "../_server.ts";
+
+const ADMITTED: Decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+const REFUSED: Decision = { allowed: false, remaining: 0, resetSeconds: 12 };
+
+function templates(): ServiceTemplates {
+  const config = testConfig();
+  const content = testContent(config);
+  return buildServiceTemplates(config, {
+    site: content.site,
+    routes: buildRoutes(config, content),
+  });
+}
+
+function route(service: ServiceTemplates, path: string): RouteTemplates {
+  const found = service.routes.get(path);
+  assert.ok(found, path);
+  return found;
+}
+
+function request(method: string, headers: Record<string, string> = {}): Request {
+  return new Request("http://localhost/any", { method, headers });
+}
+
+Deno.test("refusal() answers rate_limited, or rate_limit_unavailable when the store could not decide", () => {
+  const service = templates();
+  const platform = route(service, "/api/v1/platform");
+  assert.equal(refusal(platform, REFUSED), platform.rateLimited);
+  assert.equal(refusal(platform, { ...REFUSED, unavailable: true }), platform.unavailable);
+  assert.equal(refusal(service.unknownPath, REFUSED), service.unknownPath.rateLimited);
+});
+
+Deno.test("a refused request is answered 429 before anything else is looked at, unknown paths too", () => {
+  const service = templates();
+  const choose = createChooser(service);
+  const bad = request("GET", { host: "bad/host" });
+  assert.equal(choose(bad, route(service, "/llms.txt"), REFUSED).status, 429);
+  assert.equal(choose(bad, undefined, REFUSED), service.unknownPath.rateLimited.get);
+});
+
+Deno.test("an invalid Host is answered 400 on a known and an unknown path; a valid one is remembered", () => {
+  const service = templates();
+  const choose = createChooser(service);
+  const llms = route(service, "/llms.txt");
+  assert.equal(choose(request("GET", { host: "a/b" }), llms, ADMITTED), llms.badRequest.get);
+  assert.equal(
+    choose(request("HEAD", { host: "a@b" }), undefined, ADMITTED),
+    service.unknownPath.badRequest.head,
+  );
+  assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
+  assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
+});
+
+Deno.test("an unknown path is answered 404 in the preferred media type, whatever the method", () => {
+  const service = templates();
+  const choose = createChooser(service);
+  const markdown = choose(request("DELETE", { accept: "text/markdown" }), undefined, ADMITTED);
+  assert.equal(markdown.status, 404);
+  assert.ok(
+    markdown.fields.some(([name, value]) => name === "content-type" && /markdown/.test(value)),
+  );
+  assert.equal(choose(request("HEAD"), undefined, ADMITTED), service.notFound(null).head);
+});
+
+Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and 304 on a matching ETag", () => {
+  const service = templates();
+  const choose = createChooser(service);
+  const platform = route(service, "/api/v1/platform");
+  const json = choose(request("GET"), platform, ADMITTED);
+  assert.equal(json.status, 200);
+  assert.ok(
+    json.fields.some(([name, value]) => name === "content-type" && value === "application/json"),
+  );
+  const markdown = choose(
+    request("GET", { accept: "text/markdown", "accept-encoding": "gzip" }),
+    platform,
+    ADMITTED,
+  );
+  assert.ok(
+    markdown.fields.some(([name, value]) => name === "content-encoding" && value === "gzip"),
+  );
+  assert.ok(
+    markdown.fields.some(([name, value]) => name === "content-type" && /markdown/.test(value)),
+  );
+  const etag = json.fields.find(([name]) => name === "etag")?.[1];
+  assert.ok(etag);
+  assert.equal(choose(request("HEAD", { "if-none-match": etag }), platform, ADMITTED).status, 304);
+  assert.equal(choose(request("HEAD"), platform, ADMITTED).body, null);
+});
+
+Deno.test("variantResponse() answers 304 only when If-None-Match matches the variant's ETag", () => {
+  const service = templates();
+  const variant = service.variant(route(service, "/llms.txt").pick(null), null);
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": variant.etag }), variant),
+    variant.notModified,
+  );
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": '"other"' }), variant),
+    variant.ok,
+  );
+  assert.equal(
+    variantResponse(request("GET", { "if-none-match": "*" }), variant),
+    variant.notModified,
+  );
+  assert.equal(variantResponse(request("HEAD"), variant), variant.head);
+});
+
+Deno.test("OPTIONS on a known path is its 204, any other method its 405", () => {
+  const service = templates();
+  const choose = createChooser(service);
+  const llms = route(service, "/llms.txt");
+  assert.equal(choose(request("OPTIONS"), llms, ADMITTED), llms.preflight);
+  assert.equal(choose(request("POST"), llms, ADMITTED), llms.methodNotAllowed);
+  assert.equal(llms.methodNotAllowed.status, 405);
+});

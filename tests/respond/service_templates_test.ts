@@ -1,0 +1,55 @@
+/**
+ * Tests of the templates built at start-up: one per path of the route table, the unknown path's
+ * without a route's fields, and nothing built twice.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { buildServiceTemplates } from "../../lib/respond/service_templates.ts";
+import { buildRoutes } from "../../lib/routes.ts";
+import { testConfig, testContent } from "../_server.ts";
+
+function build(env: Record<string, string> = {}) {
+  const config = testConfig(env);
+  const content = testContent(config);
+  const table = buildRoutes(config, content);
+  return { table, templates: buildServiceTemplates(config, { site: content.site, routes: table }) };
+}
+
+Deno.test("every path of the route table has its templates, carrying the route's own fields", () => {
+  const { table, templates } = build();
+  assert.deepEqual([...templates.routes.keys()], [...table.keys()]);
+  const platform = templates.routes.get("/api/v1/platform")!;
+  const link = platform.rateLimited.get.fields.find(([name]) => name === "link");
+  assert.match(link?.[1] ?? "", /rel="deprecation"/);
+  assert.ok(platform.preflight.fields.some(([name]) => name === "access-control-allow-methods"));
+});
+
+Deno.test("the unknown path's templates carry no route field", () => {
+  const { templates } = build();
+  const names = templates.unknownPath.internalError.get.fields.map(([name]) => name);
+  assert.equal(names.includes("link"), false);
+  assert.equal(templates.unknownPath.preflight.status, 204);
+});
+
+Deno.test("a 404 is offered in JSON by default, and in Markdown or HTML when preferred", () => {
+  const { templates } = build();
+  const typeOf = (accept: string | null) =>
+    templates.notFound(accept).get.fields.find(([name]) => name === "content-type")?.[1];
+  assert.equal(typeOf(null), "application/json");
+  assert.match(typeOf("text/markdown") ?? "", /^text\/markdown/);
+  assert.match(typeOf("text/html,*/*;q=0.8") ?? "", /^text\/html/);
+  assert.equal(templates.notFound("text/html"), templates.notFound("text/html"));
+});
+
+Deno.test("a variant's templates are built once, whichever request asks first", () => {
+  const { templates } = build();
+  const platform = templates.routes.get("/api/v1/platform")!;
+  const set = platform.pick(null);
+  assert.equal(platform.pick(null), set);
+  const gzip = templates.variant(set, "gzip");
+  assert.equal(templates.variant(set, "gzip, deflate"), gzip);
+  assert.equal(set.gzip, gzip);
+  assert.equal(templates.variant(set, null), set.identity);
+});

@@ -1,0 +1,60 @@
+/**
+ * Tests of the warm-up on a small route table: every representation and its two compressed codings
+ * are built, a failing one is reported and the rest still built, and an abort stops it. (The
+ * handler's tests check that warmed answers equal those built by the first request.)
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
+import type { Route } from "../lib/routes.ts";
+import { warmUp } from "../lib/warm_up.ts";
+
+const BODY = "x".repeat(2_000);
+
+function route(representations: () => Representation[]): Route {
+  return { pick: () => representations()[0]!, representations, fields: [] };
+}
+
+Deno.test("warmUp() builds every representation and both compressed codings, and reports the count", async () => {
+  const built: Representation[] = [];
+  const representation = () => {
+    const made = buildRepresentation("text/plain; charset=utf-8", BODY);
+    built.push(made);
+    return made;
+  };
+  const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  warmUp([route(() => [representation(), representation()])], { delayMs: 0, onDone: resolve });
+  const report = await promise;
+  assert.equal(report.variants, 6); // two representations, each in identity, br and gzip
+  assert.equal(built.length, 2);
+});
+
+Deno.test("warmUp() reports a representation that fails and goes on with the next route", async () => {
+  const errors: unknown[] = [];
+  const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  const broken = route(() => {
+    throw new Error("no such file");
+  });
+  const fine = route(() => [buildRepresentation("text/plain; charset=utf-8", BODY)]);
+  warmUp([broken, fine], { delayMs: 0, onDone: resolve, onError: (e) => errors.push(e) });
+  assert.equal((await promise).variants, 3);
+  assert.equal(errors.length, 1);
+});
+
+Deno.test("warmUp() stops once its signal is aborted and never reports done", async () => {
+  const stop = new AbortController();
+  let done = false;
+  let steps = 0;
+  const counted = route(() => {
+    steps++;
+    stop.abort();
+    return [];
+  });
+  warmUp([counted, counted], { delayMs: 0, signal: stop.signal, onDone: () => done = true });
+  // The warm-up takes one step per macrotask: after several, a second step would have run.
+  for (let turn = 0; turn < 5; turn++) await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal(steps, 1);
+  assert.equal(done, false);
+});
