@@ -91,9 +91,9 @@ function newestOfEntry(entry: Entry): number | undefined {
  * The in-memory store: one process, exact, bounded.
  *
  * Each caller holds its counted timestamps: a bare number for one request (the common case) or a
- * {@linkcode RunLog} of `(time, count)` runs, kept ascending (a request from a clock that stepped
- * back is inserted in order), whose length is bounded by the distinct times in the window, not by
- * the limit. With hundreds of thousands of callers, hashing key strings and the garbage collector's
+ * {@linkcode RunLog} (one timestamp per distinct time, a count only beside a repeated one), kept
+ * ascending (a request from a clock that stepped back is inserted in order), whose length is bounded
+ * by the distinct times in the window, not by the limit. With hundreds of thousands of callers, hashing key strings and the garbage collector's
  * work on them dominated the cost of a decision, so two representation choices keep a caller with
  * one request free of any heap object of its own: IPv4 callers are held under their address as an
  * integer ({@linkcode compactKey}), and timestamps are kept as milliseconds since a base time,

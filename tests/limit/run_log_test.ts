@@ -15,16 +15,21 @@ import {
   liveAfter,
   newestOf,
   oldestOf,
+  RUN_MARK,
   type RunLog,
+  shiftTimes,
+  TIME_FLOOR,
   trim,
   twoRequests,
 } from "../../lib/limit/run_log.ts";
 
-/** The timestamps a log stands for, one per request, oldest first. */
+/** The timestamps a log stands for, one per request, oldest first (decoded from its layout). */
 function expand(log: RunLog): number[] {
   const times: number[] = [];
-  for (let i = log[1]!; i < log.length; i += 2) {
-    for (let c = 0; c < log[i + 1]!; c++) times.push(log[i]!);
+  for (let i = log[1]!; i < log.length; i++) {
+    const cell = log[i]!;
+    if (cell > TIME_FLOOR) times.push(cell);
+    else for (let k = 0; k < RUN_MARK - cell; k++) times.push(times.at(-1)!);
   }
   return times;
 }
@@ -49,6 +54,7 @@ Deno.test("property: runs hold exactly the timestamps a one-entry-per-request lo
           fc.record({ op: fc.constant("add" as const), gap: fc.integer({ min: -50, max: 30 }) }),
           fc.record({ op: fc.constant("trim" as const), back: fc.integer({ min: 0, max: 200 }) }),
           fc.record({ op: fc.constant("keep" as const), limit: fc.integer({ min: 1, max: 20 }) }),
+          fc.record({ op: fc.constant("shift" as const), by: fc.integer({ min: -50, max: 50 }) }),
         ),
         { maxLength: 300 },
       ),
@@ -65,6 +71,10 @@ Deno.test("property: runs hold exactly the timestamps a one-entry-per-request lo
           } else if (step.op === "trim") {
             trim(log, now - step.back);
             model = model.filter((t) => t > now - step.back);
+          } else if (step.op === "shift") {
+            shiftTimes(log, step.by);
+            model = model.map((t) => t - step.by);
+            now -= step.by;
           } else if (model.length > step.limit) {
             keepNewest(log, step.limit);
             model = model.slice(model.length - step.limit);
@@ -86,4 +96,30 @@ Deno.test("property: runs hold exactly the timestamps a one-entry-per-request lo
     ),
     { numRuns: 300 },
   );
+});
+
+Deno.test("a caller with each request in its own millisecond costs one cell per request", () => {
+  const limit = 60;
+  const log = twoRequests(0, 1);
+  for (let t = 2; t < limit; t++) add(log, t);
+  assert.equal(countOf(log), limit);
+  // The total and head cells, then one timestamp per request: no count beside a lone request.
+  assert.equal(log.length, 2 + limit);
+  add(log, limit - 1); // a repeated millisecond: one count cell
+  assert.equal(log.length, 2 + limit + 1);
+  assert.deepEqual(expand(log).slice(-2), [limit - 1, limit - 1]);
+});
+
+Deno.test("shiftTimes moves every timestamp and forgets those that would fall to the floor", () => {
+  const log = twoRequests(-(2 ** 30) + 5, -(2 ** 30) + 5);
+  add(log, 100);
+  add(log, 100);
+  add(log, 200);
+  const shift = 2 ** 27 + 10;
+  shiftTimes(log, shift); // the two at -2^30 + 5 would land below TIME_FLOOR: out of any window
+  assert.ok(-(2 ** 30) + 5 - shift <= TIME_FLOOR);
+  assert.deepEqual(expand(log), [100 - shift, 100 - shift, 200 - shift]);
+  assert.equal(countOf(log), 3);
+  shiftTimes(log, -shift); // the clock moved back: times grow again
+  assert.deepEqual(expand(log), [100, 100, 200]);
 });
