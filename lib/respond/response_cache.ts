@@ -6,8 +6,11 @@
  * constant status, body and field set. Only the rate-limit fields change between requests, and they
  * take few values (a caller's first request always sees the same ones), so the handler answers from
  * a bounded cache keyed by the response's template and the decision's remaining, reset and allowed.
- * A miss builds the response once, keeps it and answers its clone; the cache starts again when full,
- * so that callers cannot grow memory without limit.
+ * A response is kept the second time its key is seen, not the first: a caller hammering the service
+ * under a high limit sees a new `remaining` with every request, and keeping each of those responses
+ * built and cloned every one of them and churned the cache (and its bodies) for nothing; a key seen
+ * once is only remembered, as a number. The cache starts again when full, so that callers cannot grow
+ * memory without limit.
  *
  * @module
  */
@@ -42,6 +45,8 @@ export interface ResponseCacheStats {
   hits: number;
   /** Requests that built their response. */
   misses: number;
+  /** Keys seen once and not (yet) kept. */
+  seen: number;
 }
 
 /** A cache of prebuilt responses: `respond` answers a template with a decision's fields. */
@@ -98,9 +103,130 @@ const REMAINING_SPAN = 2 ** 20;
 /** Reset values up to 86,400 (the longest window) are below 2^17. */
 const RESET_SPAN = 2 ** 17;
 
+/** Keys remembered as seen once, per response the cache may keep, before they start again. */
+const SEEN_PER_ENTRY = 4;
+
 function keyable(value: number, span: number): boolean {
   return Number.isInteger(value) && value >= 0 && value < span;
 }
+
+/**
+ * The key of a decision's rate-limit values, or `undefined` outside the key's exact range.
+ * Collision-free: every (remaining, reset, allowed) in range has its own number below 2^38.
+ */
+function keyOf(decision: Decision): number | undefined {
+  const { remaining, resetSeconds } = decision;
+  if (!(keyable(remaining, REMAINING_SPAN) && keyable(resetSeconds, RESET_SPAN))) return undefined;
+  return (remaining * RESET_SPAN + resetSeconds) * 2 + (decision.allowed ? 1 : 0);
+}
+
+/** The state of one response cache: what is kept, what was seen once, and the counters. */
+class BoundedResponseCache implements ResponseCache {
+  readonly #constants: RateLimitConstants;
+  readonly #maxEntries: number;
+  // One map per template, found by identity; each maps a number made of the decision's values.
+  #byTemplate = new Map<ResponseTemplate, Map<number, Response>>();
+  // The keys seen once, per template: kept on the second sight.
+  #seenBy = new Map<ResponseTemplate, Set<number>>();
+  // Per template, a response to an admitted request, cloned and re-valued for keys seen once.
+  readonly #admittedBase = new Map<ResponseTemplate, Response>();
+  #entries = 0;
+  #seenCount = 0;
+  #hits = 0;
+  #misses = 0;
+
+  constructor(constants: RateLimitConstants, maxEntries: number) {
+    this.#constants = constants;
+    this.#maxEntries = maxEntries;
+  }
+
+  respond(template: ResponseTemplate, decision: Decision): Response {
+    const key = keyOf(decision);
+    if (key === undefined) {
+      this.#misses++;
+      return buildResponse(template, decision, this.#constants);
+    }
+    const cached = this.#byTemplate.get(template)?.get(key);
+    if (cached !== undefined) {
+      this.#hits++;
+      return cached.clone();
+    }
+    this.#misses++;
+    if (this.#firstSeen(template, key)) return this.#firstSight(template, decision); // nothing kept
+    const response = buildResponse(template, decision, this.#constants);
+    this.#keep(template, key, response);
+    return response.clone();
+  }
+
+  stats(): ResponseCacheStats {
+    return {
+      entries: this.#entries,
+      hits: this.#hits,
+      misses: this.#misses,
+      seen: this.#seenCount,
+    };
+  }
+
+  /** Whether `key` of `template` is seen for the first time; remembers it if so. */
+  #firstSeen(template: ResponseTemplate, key: number): boolean {
+    let seen = this.#seenBy.get(template);
+    if (seen?.has(key) === true) return false;
+    if (this.#seenCount >= this.#maxEntries * SEEN_PER_ENTRY) {
+      this.#seenBy = new Map();
+      this.#seenCount = 0;
+      seen = undefined;
+    }
+    if (seen === undefined) {
+      seen = new Set();
+      this.#seenBy.set(template, seen);
+    }
+    seen.add(key);
+    this.#seenCount++;
+    return true;
+  }
+
+  /** Keeps `response` under `key` of `template`, starting again when full. */
+  #keep(template: ResponseTemplate, key: number, response: Response): void {
+    if (this.#entries >= this.#maxEntries) {
+      this.#byTemplate = new Map();
+      this.#entries = 0;
+    }
+    let kept = this.#byTemplate.get(template);
+    if (kept === undefined) {
+      kept = new Map();
+      this.#byTemplate.set(template, kept);
+    }
+    kept.set(key, response);
+    this.#entries++;
+  }
+
+  /**
+   * A response for a key seen once: a clone of the template's admitted base with the decision's
+   * rate-limit values set in place (the fields keep their order), which costs less than building
+   * fifteen fields; built outright for a refusal or the template's first admitted request.
+   */
+  #firstSight(template: ResponseTemplate, decision: Decision): Response {
+    const base = decision.allowed ? this.#admittedBase.get(template) : undefined;
+    if (base === undefined) {
+      const response = buildResponse(template, decision, this.#constants);
+      if (!decision.allowed) return response;
+      this.#admittedBase.set(template, response);
+      return response.clone();
+    }
+    // Only the fields that differ between admitted decisions (policy and limit never do).
+    const response = base.clone();
+    const headers = response.headers;
+    const remaining = String(decision.remaining);
+    const reset = String(decision.resetSeconds);
+    headers.set("ratelimit", `"default";r=${remaining};t=${reset}`);
+    headers.set("ratelimit-remaining", remaining);
+    headers.set("ratelimit-reset", reset);
+    return response;
+  }
+}
+
+/** Most responses a cache keeps at once unless told otherwise. */
+const DEFAULT_MAX_ENTRIES = 4096;
 
 /**
  * Creates a bounded cache of prebuilt responses.
@@ -111,54 +237,17 @@ function keyable(value: number, span: number): boolean {
  * const cache = createResponseCache({ policy: '"default";q=60;w=60', limit: "60" });
  * const template = { status: 200, body: "{}", fields: [["content-type", "application/json"]] } as const;
  * const decision = { allowed: true, remaining: 59, resetSeconds: 60 };
- * cache.respond(template, decision); // built, kept, cloned
+ * cache.respond(template, decision); // seen once: built, not kept
+ * cache.respond(template, decision); // seen twice: built, kept, cloned
  * const response = cache.respond(template, decision); // cloned
  * assert.equal(response.headers.get("ratelimit-remaining"), "59");
  * assert.equal(await response.text(), "{}");
- * assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 1 });
+ * assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 2, seen: 1 });
  * ```
  */
 export function createResponseCache(
   constants: RateLimitConstants,
   options: ResponseCacheOptions = {},
 ): ResponseCache {
-  const maxEntries = options.maxEntries ?? 4096;
-  // One map per template, found by identity; each maps a number made of the decision's values.
-  let byTemplate = new Map<ResponseTemplate, Map<number, Response>>();
-  let entries = 0;
-  let hits = 0;
-  let misses = 0;
-
-  return {
-    respond(template, decision) {
-      const { remaining, resetSeconds } = decision;
-      if (!(keyable(remaining, REMAINING_SPAN) && keyable(resetSeconds, RESET_SPAN))) {
-        misses++;
-        return buildResponse(template, decision, constants); // outside the key's exact range
-      }
-      // Collision-free: every (remaining, reset, allowed) in range has its own number below 2^38.
-      const key = (remaining * RESET_SPAN + resetSeconds) * 2 + (decision.allowed ? 1 : 0);
-      let kept = byTemplate.get(template);
-      const cached = kept?.get(key);
-      if (cached !== undefined) {
-        hits++;
-        return cached.clone();
-      }
-      misses++;
-      const response = buildResponse(template, decision, constants);
-      if (entries >= maxEntries) {
-        byTemplate = new Map();
-        entries = 0;
-        kept = undefined;
-      }
-      if (kept === undefined) {
-        kept = new Map();
-        byTemplate.set(template, kept);
-      }
-      kept.set(key, response);
-      entries++;
-      return response.clone();
-    },
-    stats: () => ({ entries, hits, misses }),
-  };
+  return new BoundedResponseCache(constants, options.maxEntries ?? DEFAULT_MAX_ENTRIES);
 }

@@ -17,7 +17,18 @@ export interface Scenario {
   callers: number;
   /** The status the service must answer. */
   status: number;
+  /** Environment of the service (and of Hono) for this scenario, beyond the benchmark's own. */
+  env?: Record<string, string>;
+  /** Whether Hono + hono-rate-limiter runs this scenario too, as a peer. */
+  peer?: boolean;
 }
+
+/**
+ * The first benchmark a user runs: the limit raised so that one address hammering one endpoint is
+ * always admitted, every request counted in its sliding log (a one-second window at tens of
+ * thousands of requests per second: tens of requests per millisecond).
+ */
+export const HOT_CALLER_ENV = { RATE_LIMIT: "1000000", RATE_LIMIT_WINDOW_SECONDS: "1" };
 
 /**
  * 262,144 callers at the service's rate (tens of thousands of requests per second) make a few requests
@@ -34,6 +45,16 @@ export const SCENARIOS: readonly Scenario[] = [
     accept: "application/json",
     callers: MANY_CALLERS,
     status: 200,
+    peer: true,
+  },
+  {
+    name: "hot",
+    path: "/api/v1/platform",
+    accept: "application/json",
+    callers: 1,
+    status: 200,
+    env: HOT_CALLER_ENV,
+    peer: true,
   },
   {
     name: "markdown",

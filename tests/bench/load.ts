@@ -5,14 +5,16 @@
  * `X-Forwarded-For` values are real callers) and the reference servers (`load_servers.ts`), both
  * pinned to one core with `taskset`, and runs `wrk` pinned to the other core against each in turn:
  * for every round, every scenario, the service, its ceiling (the same status, fields and body from a
- * prebuilt `Response`, cloned) and the bare one-header server. Rounds interleave the servers so that
+ * prebuilt `Response`, cloned), the bare one-header server and, in the scenarios marked `peer`, Hono
+ * with hono-rate-limiter (`load_hono.ts`). A scenario with its own environment (the hot caller) gets
+ * its own service process. Rounds interleave the servers so that
  * noise from other work on the machine falls on all of them alike; the report gives the median and
  * the range of every figure and of the ratios computed within each round.
  *
  * Usage (see `tests/bench/load.sh`, which installs wrk if it is missing):
  *   deno run --allow-run --allow-net=127.0.0.1 --allow-read --allow-env --allow-write=.bench \
  *     tests/bench/load.ts [--rounds 3] [--duration 5] [--connections 50] [--access-log off|on|both]
- *     [--explore] [--paired] [--scenarios json,markdown,404,429]
+ *     [--explore] [--paired] [--scenarios json,hot,markdown,404,429]
  *
  * `--paired` adds, after the interleaved rounds, rounds in which the service and each other server
  * run at the same time on the server core (see below): a steadier ratio on a machine whose cores are
@@ -79,6 +81,8 @@ async function waitFor(url: string): Promise<void> {
   throw new Error(`${url} did not come up`);
 }
 
+/** Port -> the pid of the process listening on it (for its CPU time and peak RSS). */
+const pidOf: Record<number, number> = {};
 const children: Deno.ChildProcess[] = [];
 function spawn(argv: string[], env: Record<string, string>, stdout: "null" | "piped") {
   const child = new Deno.Command("taskset", {
@@ -103,18 +107,65 @@ Deno.addSignalListener("SIGINT", () => {
   Deno.exit(130);
 });
 
-// The servers under test: the service once per access-log mode, the reference servers once.
-const targets: Record<string, number> = {};
-const pidOf: Record<number, number> = {};
-for (const mode of logModes) {
-  const port = freePort();
-  pidOf[port] = spawn(
-    ["run", "--allow-net", "--allow-read=./static", "--allow-env", "main.ts", "--listen"],
-    { ...baseEnv, PORT: String(port), ACCESS_LOG: mode === "on" ? "true" : "false" },
-    "null", // the access log goes to /dev/null: its formatting is measured, not a terminal
-  ).pid;
-  targets[`service${logModes.length > 1 ? `-log-${mode}` : ""}`] = port;
-  await waitFor(`http://127.0.0.1:${port}/llms.txt`);
+/** Reads the `READY {...}` line a reference server prints once it listens. */
+async function readyPorts(child: Deno.ChildProcess): Promise<Record<string, number>> {
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let line = "";
+  while (!line.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("a reference server exited");
+    line += value;
+  }
+  reader.releaseLock();
+  child.stdout.cancel().catch(() => {});
+  return JSON.parse(line.slice(line.indexOf("{")));
+}
+
+// The servers under test: the service once per access-log mode (and once more per scenario with its
+// own environment), Hono once per scenario it runs, the reference servers once.
+const serviceNames = logModes.map((mode) => `service${logModes.length > 1 ? `-log-${mode}` : ""}`);
+/** Scenario name -> service name -> port. */
+const targetsOf: Record<string, Record<string, number>> = {};
+const servicePids: Record<string, number> = {};
+const started = new Map<string, Record<string, number>>();
+for (const scenario of scenarios) {
+  const envKey = JSON.stringify(scenario.env ?? {});
+  if (!started.has(envKey)) {
+    const ports: Record<string, number> = {};
+    for (const [i, mode] of logModes.entries()) {
+      const port = freePort();
+      const pid = spawn(
+        ["run", "--allow-net", "--allow-read=./static", "--allow-env", "main.ts", "--listen"],
+        {
+          ...baseEnv,
+          ...scenario.env,
+          PORT: String(port),
+          ACCESS_LOG: mode === "on" ? "true" : "false",
+        },
+        "null", // the access log goes to /dev/null: its formatting is measured, not a terminal
+      ).pid;
+      pidOf[port] = pid;
+      servicePids[`${serviceNames[i]}${scenario.env ? ` (${scenario.name})` : ""}`] = pid;
+      ports[serviceNames[i]!] = port;
+      await waitFor(`http://127.0.0.1:${port}/llms.txt`);
+    }
+    started.set(envKey, ports);
+  }
+  targetsOf[scenario.name] = started.get(envKey)!;
+}
+/** Scenario name -> the port of Hono + hono-rate-limiter configured as the service is for it. */
+const honoOf: Record<string, number> = {};
+const honoPids: Record<string, number> = {};
+for (const scenario of scenarios.filter((s) => s.peer)) {
+  const child = spawn(
+    ["run", "--allow-net", "--allow-read=./static", "--allow-env", `${here}/load_hono.ts`],
+    { ...baseEnv, ...scenario.env, PORT: "8000", ACCESS_LOG: "false" },
+    "piped",
+  );
+  const port = (await readyPorts(child)).hono!;
+  honoOf[scenario.name] = port;
+  pidOf[port] = child.pid;
+  honoPids[`hono (${scenario.name})`] = child.pid;
 }
 const refs = spawn(
   [
@@ -128,18 +179,8 @@ const refs = spawn(
   { ...baseEnv, PORT: "8000", ACCESS_LOG: "false" },
   "piped",
 );
-const reader = refs.stdout.pipeThrough(new TextDecoderStream()).getReader();
-let line = "";
-while (!line.includes("\n")) {
-  const { value, done } = await reader.read();
-  if (done) throw new Error("reference servers exited");
-  line += value;
-}
-reader.releaseLock();
-refs.stdout.cancel().catch(() => {});
-const refPorts: Record<string, number> = JSON.parse(line.slice(line.indexOf("{")));
+const refPorts = await readyPorts(refs);
 for (const port of Object.values(refPorts)) pidOf[port] = refs.pid;
-const serviceNames = Object.keys(targets);
 
 interface Run {
   rps: number;
@@ -226,7 +267,7 @@ async function compare(scenario: typeof SCENARIOS[number]): Promise<string> {
       length: body.byteLength,
     };
   };
-  const service = await get(targets[serviceNames[0]!]!);
+  const service = await get(targetsOf[scenario.name]![serviceNames[0]!]!);
   const ceiling = await get(refPorts[`ceiling-${scenario.name}`]!);
   if (service.status !== scenario.status) {
     return `MISMATCH: service answered ${service.status}, expected ${scenario.status}`;
@@ -243,9 +284,10 @@ const exploreNames = Object.keys(refPorts).filter((n) => n.startsWith("x-"));
 const plan: Array<{ scenario: typeof SCENARIOS[number]; server: string; port: number }[]> = [];
 for (const scenario of scenarios) {
   const servers = [
-    ...serviceNames.map((name) => ({ server: name, port: targets[name]! })),
+    ...serviceNames.map((name) => ({ server: name, port: targetsOf[scenario.name]![name]! })),
     { server: "ceiling", port: refPorts[`ceiling-${scenario.name}`]! },
     { server: "bare", port: refPorts["bare"]! },
+    ...(scenario.peer ? [{ server: "hono", port: honoOf[scenario.name]! }] : []),
     ...(scenario.name === "json"
       ? exploreNames.map((name) => ({ server: name, port: refPorts[name]! }))
       : []),
@@ -325,6 +367,17 @@ if (args.paired) {
     console.log(`paired round ${round + 1}/${rounds} done`);
   }
 }
+/** Peak resident memory (VmHWM) of a process over its life so far, in MiB. */
+async function peakRssMiB(pid: number): Promise<number> {
+  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/status`], stdout: "piped" })
+    .output();
+  const kb = /VmHWM:\s+(\d+) kB/.exec(new TextDecoder().decode(out.stdout))?.[1];
+  return Number(kb) / 1024;
+}
+const peaks: Record<string, number> = {};
+for (const [name, pid] of Object.entries({ ...servicePids, ...honoPids })) {
+  peaks[name] = await peakRssMiB(pid);
+}
 stopAll();
 
 const median = (xs: number[]) => {
@@ -380,6 +433,12 @@ if (args.paired) {
     );
   }
 }
+rows.push(
+  "",
+  "peak RSS (VmHWM) of each process over the whole benchmark, warm-up included:",
+  "",
+  ...Object.entries(peaks).map(([name, mib]) => `- ${name}: ${mib.toFixed(0)} MiB`),
+);
 const report = rows.join("\n");
 console.log(
   `\nmedian [min–max] over ${rounds} rounds; ratios are taken within each round, then summarised\n`,
@@ -390,7 +449,7 @@ const stamp = new Date().toISOString().replace(/[:.]/g, "-");
 await Deno.writeTextFile(
   `${root}/.bench/load-${stamp}.json`,
   JSON.stringify(
-    { args, results: Object.fromEntries(results), paired: Object.fromEntries(paired) },
+    { args, results: Object.fromEntries(results), paired: Object.fromEntries(paired), peaks },
     null,
     2,
   ),

@@ -16,20 +16,25 @@
 // deno-lint-ignore-file no-console
 
 import { createHandler } from "../../lib/handler.ts";
-import { denoEnv, loadConfig } from "../../lib/config.ts";
+import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 
-const loaded = loadConfig(denoEnv());
-if (!loaded.ok) throw new Error(loaded.errors.join("; "));
-const config = loaded.config;
-const contentResult = loadContent(config);
-if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
-const store = new MemoryStore(policyOf(config), { sweep: false });
-const handler = createHandler({ config, content: contentResult.content, store });
+/** The configuration and a handler of the service under `env` (the benchmark's plus a scenario's). */
+function service(extra: Record<string, string> = {}) {
+  const loaded = loadConfig(recordEnv({ ...Deno.env.toObject(), ...extra }));
+  if (!loaded.ok) throw new Error(loaded.errors.join("; "));
+  const config: Config = loaded.config;
+  const contentResult = loadContent(config);
+  if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
+  const store = new MemoryStore(policyOf(config), { sweep: false });
+  const handler = createHandler({ config, content: contentResult.content, store });
+  return { config, contentResult, handler };
+}
+const { config, contentResult, handler: defaultHandler } = service();
 const peer = { remoteAddr: { hostname: "127.0.0.1" } };
 
 interface Captured {
@@ -45,6 +50,7 @@ function fastest(c: Captured): Uint8Array<ArrayBuffer> | string {
 
 /** What the service answers to the scenario's request (a caller's first request; for 429 its 61st). */
 async function capture(scenario: typeof SCENARIOS[number]): Promise<Captured> {
+  const handler = scenario.env ? service(scenario.env).handler : defaultHandler;
   const headers = new Headers({ "x-forwarded-for": callerAddress(12345, scenario.callers) });
   if (scenario.accept !== null) headers.set("accept", scenario.accept);
   const url = `http://${config.hostname}:${config.port}${scenario.path}`;

@@ -22,7 +22,7 @@ Deno.test("at the cap the store forgets callers in the order they were added, ov
   const cap = 100;
   const store = new MemoryStore(POLICY, { sweep: false, maxCallers: cap });
   for (let i = 0; i < 10_000; i++) store.hit(`c${i}`, T0 + i);
-  assert.deepEqual(store.stats(), { tracked: cap, evicted: 10_000 - cap });
+  assert.deepEqual(store.stats(), { tracked: cap, evicted: 10_000 - cap, previousBase: 0 });
   for (let i = 0; i < 10_000; i++) {
     assert.equal(tracked(store, `c${i}`, T0 + 10_000), i >= 10_000 - cap, `c${i}`);
   }

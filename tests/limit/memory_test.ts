@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { compactKey, MemoryStore, REBASE_AFTER_MS } from "../../lib/limit/memory.ts";
-import { type RateLimitPolicy } from "../../lib/limit/decision.ts";
+import { type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;
@@ -105,7 +105,7 @@ Deno.test("the store never tracks more callers than its cap, and forgets the one
     onCapacity: () => reported++,
   });
   for (const key of ["a", "b", "c", "d", "e"]) s.hit(key, T0);
-  assert.deepEqual(s.stats(), { tracked: 3, evicted: 2 });
+  assert.deepEqual(s.stats(), { tracked: 3, evicted: 2, previousBase: 0 });
   assert.equal(reported, 1, "the cap is reported once per incident, not per caller");
   assert.equal(s.hit("a", T0).allowed, true, "a was forgotten, so it is admitted again");
   assert.equal(s.hit("e", T0).allowed, false, "e is still tracked");
@@ -328,4 +328,97 @@ Deno.test("property: the store decides as a plain sliding log would, across keys
     ),
     { numRuns: 300 },
   );
+});
+
+Deno.test("property: with high limits, bursts within one millisecond and moves of the base time, the store decides as a plain sliding log would", () => {
+  const callers = ["192.0.2.1", "2001:0db8:0000:0000::/64", "10.0.0.7"];
+  fc.assert(
+    fc.property(
+      fc.oneof(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 1_000, max: 1_000_000 })),
+      fc.integer({ min: 1, max: 5 }).map((s) => s * 1000),
+      fc.array(
+        fc.tuple(
+          fc.integer({ min: 0, max: callers.length - 1 }),
+          // Bursts: many requests in one millisecond (gap 0), then small steps, steps back, and
+          // jumps that move the base time while callers are still held under the previous one.
+          fc.oneof(
+            { arbitrary: fc.constant(0), weight: 6 },
+            { arbitrary: fc.integer({ min: 1, max: 400 }), weight: 3 },
+            { arbitrary: fc.integer({ min: -3_000, max: -1 }), weight: 1 },
+            { arbitrary: fc.constantFrom(REBASE_AFTER_MS - 500, REBASE_AFTER_MS + 1), weight: 1 },
+          ),
+          fc.integer({ min: 1, max: 60 }), // requests sent at this instant
+          fc.constantFrom("hit", "hit", "hit", "peek", "sweep"),
+        ),
+        { maxLength: 120 },
+      ),
+      (limit, windowMs, arrivals) => {
+        const s = store({ limit, windowMs });
+        const model = new Map<string, number[]>();
+        let now = T0;
+        for (const [index, gap, burst, action] of arrivals) {
+          now += gap;
+          const key = callers[index]!;
+          if (action === "sweep") {
+            s.sweep(now, 1);
+            continue;
+          }
+          for (let i = 0; i < (action === "peek" ? 1 : burst); i++) {
+            const live = (model.get(key) ?? []).filter((t) => t > now - windowMs);
+            if (action === "peek") {
+              assert.deepEqual(s.peek(key, now), {
+                allowed: live.length < limit,
+                remaining: Math.max(0, limit - live.length),
+                resetSeconds: live.length === 0
+                  ? 0
+                  : resetSecondsOf(Math.min(...live), now, windowMs),
+              });
+              continue;
+            }
+            const allowed = live.length < limit;
+            if (allowed) live.push(now);
+            model.set(key, live);
+            assert.deepEqual(s.hit(key, now), {
+              allowed,
+              remaining: allowed ? limit - live.length : 0,
+              resetSeconds: resetSecondsOf(Math.min(...live), now, windowMs),
+            });
+          }
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("moving the base time visits no caller at once: callers move across when seen or swept", () => {
+  const s = store({ limit: 3, windowMs: 60_000 });
+  const late = T0 + REBASE_AFTER_MS - 1_000;
+  s.hit("192.0.2.1", T0); // the first call sets the base time to T0
+  for (let i = 0; i < 10_000; i++) s.hit(`2001:0db8:0000:${i.toString(16)}::/64`, late);
+  s.hit("192.0.2.1", late);
+  const after = late + 2_000; // past the base's range: this call moves the base
+  // T0's request has long left the window; `late`'s is counted, 58 s before it leaves.
+  assert.deepEqual(s.hit("192.0.2.1", after), { allowed: true, remaining: 1, resetSeconds: 58 });
+  assert.deepEqual(s.stats(), { tracked: 10_001, evicted: 0, previousBase: 10_000 });
+  assert.deepEqual(s.peek("2001:0db8:0000:2a::/64", after), {
+    allowed: true,
+    remaining: 2,
+    resetSeconds: 58,
+  });
+  assert.equal(s.stats().previousBase, 9_999);
+  s.sweep(after, 5_000);
+  assert.equal(s.stats().previousBase, 4_999);
+  s.sweep(after, 5_000);
+  assert.deepEqual(s.stats(), { tracked: 10_001, evicted: 0, previousBase: 0 });
+  assert.equal(s.hit("2001:0db8:0000:0::/64", after).remaining, 1);
+  // Callers that left the window while held under the previous base are forgotten as they move.
+  const other = store({ limit: 3, windowMs: 60_000 });
+  other.hit("a", T0);
+  other.hit("b", late);
+  other.hit("c", after); // moves the base: "a" (long expired) and "b" stay under the previous one
+  assert.deepEqual(other.stats(), { tracked: 3, evicted: 0, previousBase: 2 });
+  other.sweep(after + 59_000, 10); // "b" left the window at after + 58 s
+  assert.deepEqual(other.stats(), { tracked: 1, evicted: 0, previousBase: 0 });
+  assert.equal(other.peek("c", after + 59_000).remaining, 2);
 });

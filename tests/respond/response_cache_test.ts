@@ -74,7 +74,27 @@ Deno.test("respond() answers a repeated decision from the cache, with a body rea
   const third = await snapshot(cache.respond(OK, decision));
   assert.deepEqual(second, first);
   assert.deepEqual(third, first);
-  assert.deepEqual(cache.stats(), { entries: 1, hits: 2, misses: 1 });
+  // Built on first sight, built and kept on the second, cloned from then on.
+  assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 2, seen: 1 });
+});
+
+Deno.test("respond() keeps no response for a decision seen once: a hot caller under a high limit churns nothing", async () => {
+  const cache = createResponseCache(CONSTANTS, { maxEntries: 10 });
+  const answered: Array<[Decision, Response]> = [];
+  for (let remaining = 999_999; remaining > 999_899; remaining--) {
+    const decision = { allowed: true, remaining, resetSeconds: 1 };
+    answered.push([decision, cache.respond(OK, decision)]);
+    assert.equal(cache.stats().entries, 0);
+    assert.ok(cache.stats().seen <= 40, "the keys seen once are bounded too");
+  }
+  assert.equal(cache.stats().misses, 100);
+  // Each answer keeps its own values, however many were answered after it.
+  for (const [decision, response] of answered) {
+    assert.deepEqual(
+      await snapshot(response),
+      await snapshot(buildResponse(OK, decision, CONSTANTS)),
+    );
+  }
 });
 
 Deno.test("respond() never answers a cached response with another decision's or template's fields", async () => {
@@ -110,6 +130,8 @@ Deno.test("respond() never answers a cached response with another decision's or 
 Deno.test("respond() stays within maxEntries: when full it starts again", () => {
   const cache = createResponseCache(CONSTANTS, { maxEntries: 10 });
   for (let remaining = 0; remaining < 25; remaining++) {
+    // Twice each: a response is kept on its second sight.
+    cache.respond(OK, { allowed: true, remaining, resetSeconds: 60 });
     cache.respond(OK, { allowed: true, remaining, resetSeconds: 60 });
     assert.ok(cache.stats().entries <= 10, `after ${remaining + 1} decisions`);
   }
@@ -117,7 +139,7 @@ Deno.test("respond() stays within maxEntries: when full it starts again", () => 
   // What was dropped is built again, correctly.
   const again = cache.respond(OK, { allowed: true, remaining: 0, resetSeconds: 60 });
   assert.equal(again.headers.get("ratelimit-remaining"), "0");
-  assert.equal(cache.stats().misses, 26);
+  assert.equal(cache.stats().misses, 51);
 });
 
 Deno.test("respond() does not keep decisions outside the key's exact range, and answers them right", () => {
@@ -133,7 +155,7 @@ Deno.test("respond() does not keep decisions outside the key's exact range, and 
     assert.equal(response.headers.get("ratelimit-remaining"), String(d.remaining));
     assert.equal(response.headers.get("ratelimit-reset"), String(d.resetSeconds));
   }
-  assert.deepEqual(cache.stats(), { entries: 0, hits: 0, misses: cases.length });
+  assert.deepEqual(cache.stats(), { entries: 0, hits: 0, misses: cases.length, seen: 0 });
 });
 
 Deno.test("buildResponse() without a decision sends the template's fields only", () => {
