@@ -72,11 +72,11 @@ Deno.test("on Deno Deploy, links name the timeline's URL, the address is the pla
 });
 
 Deno.test("on Deno Deploy the shared store is local-first unless the operator chooses exact", () => {
-  const deployed = loadConfig(deployEnv(reader(PLATFORM)).env);
+  const deployed = loadConfig(deployEnv(reader(DEPLOY_PLATFORM)).env);
   if (!deployed.ok) assert.fail(deployed.errors.join("\n"));
   assert.equal(deployed.config.rateLimitConsistency, "local-first");
   const chosen = loadConfig(
-    deployEnv(reader({ ...PLATFORM, RATE_LIMIT_CONSISTENCY: "exact" })).env,
+    deployEnv(reader({ ...DEPLOY_PLATFORM, RATE_LIMIT_CONSISTENCY: "exact" })).env,
   );
   if (!chosen.ok) assert.fail(chosen.errors.join("\n"));
   assert.equal(chosen.config.rateLimitConsistency, "exact");
