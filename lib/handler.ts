@@ -15,6 +15,7 @@
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
 import { isCorsPreflight, pathOf } from "./http/message.ts";
+import { loadNegotiator, needsNegotiator } from "./http/negotiate.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
 import {
   type Decision,
@@ -115,6 +116,10 @@ export function createHandler(options: HandlerOptions): Handler {
     // A page's first request waits for the Markdown renderer to load (once per process).
     if (route !== undefined && !route.ready) {
       return route.prepare().then(() => handle(request, key, started, path));
+    }
+    // Until negotiator has loaded (the warm-up loads it), an unusual Accept or Accept-Encoding waits.
+    if (needsNegotiator(request.headers)) {
+      return loadNegotiator().then(() => handle(request, key, started, path));
     }
     if (isCorsPreflight(request.method, request.headers)) {
       const preflight = (route ?? templates.unknownPath).preflight;

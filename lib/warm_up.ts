@@ -6,6 +6,7 @@
  * @module
  */
 
+import { loadNegotiator } from "./http/negotiate.ts";
 import type { Representation } from "./http/representation.ts";
 import type { Route } from "./routes.ts";
 
@@ -62,8 +63,13 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
     }
     setTimeout(next, 0);
   };
-  // Pages need the Markdown renderer: load it first (a failure is reported by each page's step).
-  const prepare = () => Promise.all([...routes].map((route) => route.prepare?.().catch(() => {})));
+  // Pages need the Markdown renderer and negotiation needs negotiator: load them first (a failure is
+  // reported by each page's step, or by the request that needs negotiator).
+  const prepare = () =>
+    Promise.all([
+      loadNegotiator().catch(() => {}),
+      ...[...routes].map((route) => route.prepare?.().catch(() => {})),
+    ]);
   setTimeout(() => {
     started = performance.now();
     void prepare().then(next);

@@ -7,10 +7,14 @@
  * coding go to br, then gzip. Results are memoised per header value, so a repeated header costs one map
  * look-up.
  *
+ * `npm:negotiator` is imported dynamically ({@linkcode loadNegotiator}): loading it (and the Node
+ * compatibility it needs) before the first response would double a cold start (README, "Cold
+ * start"). The common header values are answered without it, with the same result (a property test
+ * compares the two); a request with any other value waits for the import
+ * ({@linkcode needsNegotiator}).
+ *
  * @module
  */
-
-import Negotiator from "negotiator";
 
 /** A content coding the service can send. */
 export type Encoding = "br" | "gzip" | "identity";
@@ -28,17 +32,67 @@ interface NegotiatorInstance {
   mediaTypes(available: string[]): string[];
   encodings(available: string[], options?: { preferred?: string[] }): string[];
 }
-const NegotiatorClass = Negotiator as unknown as new (
+type NegotiatorClass = new (
   request: { headers: Record<string, string | undefined> },
 ) => NegotiatorInstance;
 
+/** Negotiator, once {@linkcode loadNegotiator} has loaded it. */
+let negotiatorClass: NegotiatorClass | undefined;
+let loading: Promise<void> | undefined;
+
+/** An `Accept` value the service answers without negotiator: one media type, no parameters. */
+const PLAIN_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+$/;
+
+/** An `Accept-Encoding` value answered without negotiator: codings without weights, `*` excepted. */
+const PLAIN_CODINGS = /^\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*(,\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*)*$/;
+
+/**
+ * Loads negotiator (once; later calls return the same promise). The warm-up calls it after the
+ * service listens; a request that {@linkcode needsNegotiator} awaits it.
+ */
+export function loadNegotiator(): Promise<void> {
+  return loading ??= import("negotiator").then((module) => {
+    negotiatorClass = module.default as unknown as NegotiatorClass;
+  });
+}
+
+/**
+ * Whether answering a request with these header fields needs negotiator while it is not loaded yet:
+ * false once it is loaded, and for the common values answered without it (no `Accept`, `*\/*` or one
+ * media type without parameters; no `Accept-Encoding` or a list of codings without weights).
+ */
+export function needsNegotiator(headers: Pick<Headers, "get">): boolean {
+  if (negotiatorClass !== undefined) return false;
+  return !isCommonAccept(headers.get("accept")) ||
+    !isCommonAcceptEncoding(headers.get("accept-encoding"));
+}
+
+/** Whether {@linkcode preferredType} answers this `Accept` without negotiator. */
+export function isCommonAccept(accept: string | null): boolean {
+  return accept === null || accept === "" || accept === "*/*" || PLAIN_MEDIA_TYPE.test(accept);
+}
+
+/** Whether {@linkcode preferredEncoding} answers this `Accept-Encoding` without negotiator. */
+export function isCommonAcceptEncoding(acceptEncoding: string | null): boolean {
+  return acceptEncoding === null || acceptEncoding === "" || PLAIN_CODINGS.test(acceptEncoding);
+}
+
+function negotiator(headers: Record<string, string>): NegotiatorInstance {
+  if (negotiatorClass === undefined) {
+    throw new Error("negotiator is not loaded: await loadNegotiator() first");
+  }
+  return new negotiatorClass({ headers });
+}
+
 /**
  * Picks the media type of `supported` that `accept` prefers; `supported[0]` when `accept` is absent or
- * matches none of them.
+ * matches none of them. Values other than those of {@linkcode isCommonAccept} need
+ * {@linkcode loadNegotiator} to have resolved.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
+ * await loadNegotiator();
  * const accept = "text/markdown;q=0.9, application/json;q=0.5";
  * assert.equal(preferredType(accept, ["application/json", "text/markdown"]), "text/markdown");
  * ```
@@ -47,8 +101,13 @@ export function preferredType<T extends string>(
   accept: string | null,
   supported: readonly [T, ...T[]],
 ): T {
-  if (accept === null || accept === "") return supported[0];
-  const ranked = new NegotiatorClass({ headers: { accept: withoutMediaTypeParameters(accept) } })
+  if (accept === null || accept === "" || accept === "*/*") return supported[0];
+  if (isCommonAccept(accept)) {
+    // Negotiator compares types case-insensitively and ignores an offer's parameters here.
+    return supported.find((type) => type.split(";")[0]!.trim().toLowerCase() === accept) ??
+      supported[0];
+  }
+  const ranked = negotiator({ accept: withoutMediaTypeParameters(accept) })
     .mediaTypes([...supported]);
   return (ranked[0] as T | undefined) ?? supported[0];
 }
@@ -79,10 +138,17 @@ export function withoutMediaTypeParameters(accept: string): string {
 /**
  * Picks the coding `acceptEncoding` prefers among `ENCODINGS`; identity when the header is absent,
  * or when it refuses every coding including identity (an unencoded body is the safest answer then).
+ * Values other than those of {@linkcode isCommonAcceptEncoding} need {@linkcode loadNegotiator} to
+ * have resolved.
  */
 export function preferredEncoding(acceptEncoding: string | null): Encoding {
   if (acceptEncoding === null || acceptEncoding === "") return "identity";
-  const ranked = new NegotiatorClass({ headers: { "accept-encoding": acceptEncoding } })
+  if (isCommonAcceptEncoding(acceptEncoding)) {
+    // All at weight 1 (identity too, unless named): the service's order decides.
+    const named = new Set(acceptEncoding.split(",").map((coding) => coding.trim().toLowerCase()));
+    return named.has("br") ? "br" : named.has("gzip") ? "gzip" : "identity";
+  }
+  const ranked = negotiator({ "accept-encoding": acceptEncoding })
     .encodings([...ENCODINGS], { preferred: [...ENCODINGS] });
   return (ranked[0] as Encoding | undefined) ?? "identity";
 }
@@ -93,6 +159,7 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
+ * await loadNegotiator();
  * let computed = 0;
  * const forPlatform = memoize((accept) => {
  *   computed++;

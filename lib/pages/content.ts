@@ -14,13 +14,23 @@
  * @module
  */
 
-import { join } from "node:path";
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
-export const STATIC_DIR: string = join(import.meta.dirname ?? ".", "..", "..", "static");
+export const STATIC_DIR: string = staticDir(import.meta.dirname);
+
+/**
+ * `static/` two folders above `here` (this module's folder), by plain string handling: `node:path`
+ * would load Node compatibility before the first response (README, "Cold start").
+ */
+function staticDir(here: string | undefined): string {
+  if (here === undefined) return "../../static";
+  const separator = here.includes("\\") && !here.includes("/") ? "\\" : "/";
+  const root = here.replace(/[\\/][^\\/]+[\\/][^\\/]+[\\/]?$/, "");
+  return `${root}${separator}static`;
+}
 
 /** A page with both of its representations; each property is built the first time it is read. */
 export interface Page {
@@ -262,7 +272,7 @@ function readStaticFiles(
   for (const name of order) {
     let raw: string;
     try {
-      raw = read(join(dir, name));
+      raw = read(`${dir}/${name}`);
     } catch (error) {
       if (
         error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied

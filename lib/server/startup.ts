@@ -6,8 +6,6 @@
  * @module
  */
 
-import { dirname, resolve } from "node:path";
-
 /** Where the service was asked to listen. */
 export interface ListenTarget {
   /** `HOSTNAME`. */
@@ -79,7 +77,7 @@ export function explainKvError(
 ): string {
   const named = path === undefined ? "the default Deno KV database" : `KV_PATH ${path}`;
   const start = `Cannot open ${named}`;
-  const dir = path !== undefined && isFile(path) ? dirname(resolve(path)) : undefined;
+  const dir = path !== undefined && isFile(path) ? folderOf(path) : undefined;
   let reason: string;
   if (!(options.kvEnabled ?? typeof Deno.openKv === "function")) {
     reason =
@@ -109,6 +107,22 @@ export function explainKvError(
     reason = `${messageOf(error)}, so check KV_PATH`;
   }
   return `${start}: ${reason}; nothing is served.`;
+}
+
+/**
+ * The absolute folder of the file `path`, by plain string handling: `node:path` would load Node
+ * compatibility before the first response (README, "Cold start").
+ */
+function folderOf(path: string): string {
+  const absolute = /^([\\/]|[A-Za-z]:)/.test(path) ? path : `${Deno.cwd()}/${path}`;
+  const segments: string[] = [];
+  for (const segment of absolute.split(/[\\/]/)) {
+    if (segment === "..") {
+      if (segments.length > 1) segments.pop();
+    } else if (segment !== "." && (segment !== "" || segments.length === 0)) segments.push(segment);
+  }
+  segments.pop();
+  return segments.length === 1 && segments[0] === "" ? "/" : segments.join("/");
 }
 
 function isDirectory(path: string): boolean {

@@ -5,7 +5,22 @@
  */
 
 import assert from "node:assert/strict";
-import { memoize, preferredEncoding, preferredType } from "../../lib/http/negotiate.ts";
+import fc from "fast-check";
+import Negotiator from "negotiator";
+import {
+  ENCODINGS,
+  isCommonAccept,
+  isCommonAcceptEncoding,
+  loadNegotiator,
+  memoize,
+  needsNegotiator,
+  preferredEncoding,
+  preferredType,
+  withoutMediaTypeParameters,
+} from "../../lib/http/negotiate.ts";
+
+// The values that need negotiator are negotiated by it here; the common ones never are.
+await loadNegotiator();
 
 const PLATFORM = ["application/json", "text/markdown"] as const;
 const PAGE = ["text/html", "text/markdown"] as const;
@@ -91,4 +106,62 @@ Deno.test("memoize() does not remember long values, so memory is bounded by size
   assert.equal(f(long), long.length);
   assert.equal(f(long), long.length);
   assert.equal(calls, 2, "computed each time");
+});
+
+interface ReferenceNegotiator {
+  mediaTypes(available: string[]): string[];
+  encodings(available: string[], options?: { preferred?: string[] }): string[];
+}
+const Reference = Negotiator as unknown as new (
+  request: { headers: Record<string, string> },
+) => ReferenceNegotiator;
+
+/** Runs of each property: the fast path must agree with negotiator on every generated value. */
+const FAST_PATH_RUNS = 2000;
+
+const mediaToken = fc.stringMatching(/^[a-zA-Z0-9.+*!#$&^_-]{1,12}$/);
+const plainAccept = fc.oneof(
+  fc.constantFrom("*/*", "text/markdown", "application/json", "text/html", "text/plain"),
+  fc.constantFrom("TEXT/MARKDOWN", "Application/Json", "text/*", "*/markdown", "text/markdown "),
+  fc.tuple(mediaToken, mediaToken).map(([type, subtype]) => `${type}/${subtype}`),
+);
+const coding = fc.oneof(
+  fc.constantFrom("br", "gzip", "identity", "deflate", "zstd", "*", "BR", "Gzip", "x-gzip"),
+  fc.stringMatching(/^[a-zA-Z0-9*-]{1,8}$/),
+);
+const plainAcceptEncoding = fc.tuple(
+  fc.array(coding, { minLength: 1, maxLength: 5 }),
+  fc.constantFrom(",", ", ", " , ", " ,"),
+).map(([codings, separator]) => codings.join(separator));
+
+Deno.test("preferredType() without negotiator gives negotiator's answer to every plain Accept", () => {
+  let fast = 0;
+  fc.assert(
+    fc.property(plainAccept, fc.constantFrom(PLATFORM, PAGE), (accept, supported) => {
+      if (isCommonAccept(accept)) fast++;
+      const ranked = new Reference({ headers: { accept: withoutMediaTypeParameters(accept) } })
+        .mediaTypes([...supported]);
+      assert.equal(preferredType(accept, supported), ranked[0] ?? supported[0], accept);
+    }),
+    { numRuns: FAST_PATH_RUNS },
+  );
+  assert.ok(fast > FAST_PATH_RUNS / 4, `only ${fast} values took the fast path`);
+});
+
+Deno.test("preferredEncoding() without negotiator gives negotiator's answer to every weightless list", () => {
+  let fast = 0;
+  fc.assert(
+    fc.property(plainAcceptEncoding, (acceptEncoding) => {
+      if (isCommonAcceptEncoding(acceptEncoding)) fast++;
+      const ranked = new Reference({ headers: { "accept-encoding": acceptEncoding } })
+        .encodings([...ENCODINGS], { preferred: [...ENCODINGS] });
+      assert.equal(preferredEncoding(acceptEncoding), ranked[0] ?? "identity", acceptEncoding);
+    }),
+    { numRuns: FAST_PATH_RUNS },
+  );
+  assert.ok(fast > FAST_PATH_RUNS / 4, `only ${fast} values took the fast path`);
+});
+
+Deno.test("needsNegotiator() is false once negotiator is loaded, whatever the headers", () => {
+  assert.equal(needsNegotiator(new Headers({ accept: "text/markdown;q=0.9, */*;q=0.1" })), false);
 });

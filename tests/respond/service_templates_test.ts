@@ -9,6 +9,10 @@ import assert from "node:assert/strict";
 import { buildServiceTemplates } from "../../lib/respond/service_templates.ts";
 import { buildRoutes } from "../../lib/routes.ts";
 import { testConfig, testContent } from "../_server.ts";
+import { loadNegotiator } from "../../lib/http/negotiate.ts";
+
+// Some Accept values below are negotiated by negotiator, which the service loads after listening.
+await loadNegotiator();
 
 function build(env: Record<string, string> = {}) {
   const config = testConfig(env);
