@@ -12,8 +12,7 @@ import assert from "node:assert/strict";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
-
-const ROOT = join(import.meta.dirname!, "..");
+import { denoInfo, ROOT } from "./_deno_info.ts";
 
 /**
  * The layers, lowest first. A module may import modules of a lower layer and of its own group; two
@@ -49,23 +48,9 @@ const MAX_FUNCTION_LINES = 65;
 /** A module graph: each module's path (relative to the root) and the local modules it imports. */
 type Graph = Map<string, string[]>;
 
-interface InfoDependency {
-  code?: { specifier: string };
-  type?: { specifier: string };
-}
-
 /** The local part of `deno info --json main.ts`. */
 async function moduleGraph(): Promise<Graph> {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", "main.ts"],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
-  const info = JSON.parse(new TextDecoder().decode(output.stdout)) as {
-    modules: Array<{ specifier: string; dependencies?: InfoDependency[] }>;
-  };
+  const info = await denoInfo();
   const local = (specifier: string) =>
     specifier.startsWith("file:") ? relative(ROOT, fileURLToPath(specifier)) : undefined;
   const graph: Graph = new Map();

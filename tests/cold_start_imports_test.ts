@@ -9,29 +9,12 @@
  */
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { denoInfo } from "./_deno_info.ts";
 import { startService } from "./_service_process.ts";
-
-const ROOT = join(import.meta.dirname!, "..");
-
-interface InfoModule {
-  specifier: string;
-  dependencies?: Array<{ isDynamic?: boolean; code?: { specifier: string } }>;
-}
 
 /** The `node:` and `npm:` specifiers main.ts reaches through static (non-type) imports only. */
 async function staticallyLoadedExternals(): Promise<Set<string>> {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", "main.ts"],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
-  const info = JSON.parse(new TextDecoder().decode(output.stdout)) as {
-    roots: string[];
-    modules: InfoModule[];
-  };
+  const info = await denoInfo();
   const bySpecifier = new Map(info.modules.map((module) => [module.specifier, module]));
   const externals = new Set<string>();
   const seen = new Set<string>();
