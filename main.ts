@@ -156,6 +156,10 @@ const fetch = createHandler({
   },
 });
 
+// Every path but the pages has its representations (and their Web Crypto ETags) built before the
+// first request can arrive.
+await fetch.ready;
+
 export default { fetch } satisfies Deno.ServeDefaultExport;
 
 // The spec asks for the announcement at least 90 days before removal. Start-up checks the two dates;

@@ -44,6 +44,14 @@ import { warmUp, type WarmUpOptions } from "./warm_up.ts";
 /** A fetch handler as `Deno.serve` calls it. */
 export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
 
+/**
+ * The service's handler, with `ready`: resolved once every path that needs no npm package (all but
+ * the pages) has its representations built (their ETags are Web Crypto digests, asynchronous), so
+ * that a server that awaits it answers those paths' first requests at once. A path whose
+ * representations failed to build answers 500, as before `ready`.
+ */
+export type ServiceHandler = Handler & { readonly ready: Promise<void> };
+
 /** Options of {@linkcode createHandler}. */
 export interface HandlerOptions {
   /** Validated configuration. */
@@ -97,7 +105,7 @@ export interface HandlerOptions {
  * assert.equal(response.headers.get("ratelimit-remaining"), "59");
  * ```
  */
-export function createHandler(options: HandlerOptions): Handler {
+export function createHandler(options: HandlerOptions): ServiceHandler {
   const { store, now, templates, callerKeyOf, cache, choose, noDecision, record } = prepare(
     options,
   );
@@ -140,7 +148,7 @@ export function createHandler(options: HandlerOptions): Handler {
     return cache.respond(forMethod(path.internalError, request.method), noDecision);
   };
 
-  return (request, info) => {
+  const handler: Handler = (request, info) => {
     const started = now();
     const path = pathOf(request.url);
     let key = "";
@@ -160,6 +168,13 @@ export function createHandler(options: HandlerOptions): Handler {
     record?.(request.method, path, key, started, result.status);
     return result;
   };
+  return Object.assign(handler, { ready: prepareEagerRoutes(templates) });
+}
+
+/** Builds the representations of every route that needs no npm package; a failure is left to its path. */
+function prepareEagerRoutes(templates: ServiceTemplates): Promise<void> {
+  const eager = [...new Set(templates.routes.values())].filter((route) => route.eager);
+  return Promise.all(eager.map((route) => route.prepare().catch(() => {}))).then(() => {});
 }
 
 /** What {@linkcode createHandler} builds once, at start-up. */

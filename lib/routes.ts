@@ -25,12 +25,17 @@ import { buildRepresentation, type Representation } from "./http/representation.
 
 /** One public path. */
 export interface Route {
-  /** The representation for an `Accept` value (memoised); built the first time it is picked. */
+  /** The representation for an `Accept` value (memoised); only once `prepare()` has resolved. */
   pick: (accept: string | null) => Representation;
-  /** Every representation of the path, building those not built yet (for warming up). */
+  /** Every representation of the path (for warming up); only once `prepare()` has resolved. */
   representations: () => Representation[];
-  /** What must have resolved before the path's representations can be built (pages: `marked`). */
-  prepare?: () => Promise<void>;
+  /**
+   * Builds the path's representations, once (their ETags are digests from Web Crypto, asynchronous;
+   * pages wait for `marked` first). The first request of a path waits for it.
+   */
+  prepare: () => Promise<void>;
+  /** Whether `prepare()` imports nothing (not a page, which needs `marked`): built before listening. */
+  eager: boolean;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
@@ -142,23 +147,43 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
   ]);
 }
 
+/** A representation built once by `build()` and read by `get()` after that has resolved. */
+interface Deferred {
+  /** The built representation; throws before `build()` has resolved. */
+  get: () => Representation;
+  /** Builds the representation, once. */
+  build: () => Promise<Representation>;
+}
+
+/** The {@linkcode Deferred} of what `make` builds. */
+function deferred(make: () => Promise<Representation>): Deferred {
+  let built: Representation | undefined;
+  return {
+    get: () => {
+      if (built === undefined) throw new Error("a representation was read before it was built");
+      return built;
+    },
+    build: once(async () => built = await make()),
+  };
+}
+
 /**
- * A representation built the first time it is asked for: a page's HTML is rendered from its Markdown
- * then, not at start-up (README, "Cold start").
+ * A representation built the first time its path is prepared: a page's HTML is rendered from its
+ * Markdown then, not at start-up (README, "Cold start").
  */
 function lazyRepresentation(
   type: string,
   body: () => string,
   fields: () => readonly HeaderField[],
-): () => Representation {
-  return once(() =>
+): Deferred {
+  return deferred(() =>
     buildRepresentation(type, body(), { headers: [...fields(), ...COMMON_FIELDS] })
   );
 }
 
 /** The stylesheet or the icon: not negotiated, cached for an hour ({@linkcode ASSET_CACHE_CONTROL}). */
-function assetRepresentation(type: string, body: string): () => Representation {
-  return once(() =>
+function assetRepresentation(type: string, body: string): Deferred {
+  return deferred(() =>
     buildRepresentation(type, body, {
       headers: [NOT_NEGOTIATED, ...COMMON_FIELDS],
       cacheControl: ASSET_CACHE_CONTROL,
@@ -167,11 +192,16 @@ function assetRepresentation(type: string, body: string): () => Representation {
 }
 
 /** A path with one representation. */
-function fixedRoute(
-  representation: () => Representation,
-  fields: readonly HeaderField[] = [],
-): Route {
-  return { pick: representation, representations: () => [representation()], fields };
+function fixedRoute(representation: Deferred, fields: readonly HeaderField[] = []): Route {
+  return {
+    pick: representation.get,
+    representations: () => [representation.get()],
+    prepare: once(async () => {
+      await representation.build();
+    }),
+    eager: true,
+    fields,
+  };
 }
 
 /** A path of one text file, not negotiated. */
@@ -181,19 +211,29 @@ function textRoute(type: string, body: () => string): Route {
 
 /** A path with a default representation and a Markdown one, chosen by `Accept`. */
 function negotiatedRoute(
-  defaultRep: () => Representation,
-  markdownRep: () => Representation,
+  defaultRep: Deferred,
+  markdownRep: Deferred,
   defaultType: string,
   fields: readonly HeaderField[] = [],
+  before?: () => Promise<void>,
 ): Route {
-  const byType: Record<string, () => Representation> = {
+  const byType: Record<string, Deferred> = {
     [defaultType]: defaultRep,
     "text/markdown": markdownRep,
   };
   const choose = memoize((accept) =>
-    byType[preferredType(accept, [defaultType, "text/markdown"])]!()
+    byType[preferredType(accept, [defaultType, "text/markdown"])]!.get()
   );
-  return { pick: choose, representations: () => [defaultRep(), markdownRep()], fields };
+  return {
+    pick: choose,
+    representations: () => [defaultRep.get(), markdownRep.get()],
+    prepare: once(async () => {
+      await before?.();
+      await Promise.all([defaultRep.build(), markdownRep.build()]);
+    }),
+    eager: before === undefined,
+    fields,
+  };
 }
 
 /**
@@ -202,18 +242,17 @@ function negotiatedRoute(
  * (RFC 8288), for clients that read headers only (HEAD).
  */
 function pageRoute(page: Page, content: Content): Route {
-  return {
-    ...negotiatedRoute(
-      lazyRepresentation(TYPES.html, () => page.html, () => [
-        NEGOTIATED,
-        ...HTML_FIELDS,
-        ["link", linkHeader(pageLinks(page.meta, content.site))],
-      ]),
-      lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
-      "text/html",
-    ),
-    prepare: content.prepareMarkdown,
-  };
+  return negotiatedRoute(
+    lazyRepresentation(TYPES.html, () => page.html, () => [
+      NEGOTIATED,
+      ...HTML_FIELDS,
+      ["link", linkHeader(pageLinks(page.meta, content.site))],
+    ]),
+    lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
+    "text/html",
+    [],
+    content.prepareMarkdown,
+  );
 }
 
 /**

@@ -1,13 +1,14 @@
 /**
- * The warm-up: after start-up, build every representation and compressed variant in the background,
- * so that no later request waits for one. Until a variant is built (and without a warm-up) the first
- * request that needs it builds it.
+ * The warm-up: after start-up, import `node:zlib` and build every representation and compressed
+ * variant in the background, so that no later request waits for one. Until a representation is built
+ * (and without a warm-up) the first request that needs it builds it; until `node:zlib` has loaded, a
+ * request for br or gzip gets the identity variant.
  *
  * @module
  */
 
 import { loadNegotiator } from "./http/negotiate.ts";
-import type { Representation } from "./http/representation.ts";
+import { loadCompression, type Representation } from "./http/representation.ts";
 import type { Route } from "./routes.ts";
 
 /** Options of {@linkcode warmUp}. */
@@ -63,12 +64,14 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
     }
     setTimeout(next, 0);
   };
-  // Pages need the Markdown renderer and negotiation needs negotiator: load them first (a failure is
-  // reported by each page's step, or by the request that needs negotiator).
+  // Compression needs node:zlib, pages the Markdown renderer, negotiation negotiator, and every
+  // route its representations (ETags from Web Crypto): load and build them first (a failure is
+  // reported by the step that needs it, or by the request that needs negotiator).
   const prepare = () =>
     Promise.all([
       loadNegotiator().catch(() => {}),
-      ...[...routes].map((route) => route.prepare?.().catch(() => {})),
+      loadCompression().catch(() => {}),
+      ...[...routes].map((route) => route.prepare().catch(() => {})),
     ]);
   setTimeout(() => {
     started = performance.now();

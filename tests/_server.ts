@@ -18,6 +18,7 @@ import { createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
+import { buildRoutes, type Route } from "../lib/routes.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
@@ -294,4 +295,17 @@ function dechunk(bytes: Uint8Array): Uint8Array {
     offset = lineEnd + 2 + size + 2;
   }
   return concat(parts);
+}
+
+/**
+ * The route table of `config` and `content` with every path's representations built, as the handler
+ * has them once a path's first request has waited for `prepare()` (pages load `marked` first).
+ */
+export async function preparedRoutes(
+  config: Config,
+  content: Content,
+): Promise<Map<string, Route>> {
+  const routes = buildRoutes(config, content);
+  await Promise.all([...routes.values()].map((route) => route.prepare()));
+  return routes;
 }

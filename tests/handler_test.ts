@@ -11,12 +11,12 @@ import type { AccessRecord } from "../lib/access_log.ts";
 import { createHandler, type Handler } from "../lib/handler.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
-import { buildRoutes } from "../lib/routes.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {
   type EnvRecord,
   type ManualClock,
   manualClock,
+  preparedRoutes,
   testConfig,
   testContent,
 } from "./_server.ts";
@@ -565,9 +565,8 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
     const report = await warmed;
     assert.deepEqual(errors, []);
     // Every representation of every route (paths sharing a route count once), in three codings.
-    await content.prepareMarkdown();
     let representations = 0;
-    for (const route of new Set(buildRoutes(config, content).values())) {
+    for (const route of new Set((await preparedRoutes(config, content)).values())) {
       representations += route.representations().length;
     }
     assert.ok(representations >= 14, `${representations} representations`);

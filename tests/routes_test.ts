@@ -8,16 +8,20 @@
 import assert from "node:assert/strict";
 import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";
-import { buildRoutes, discoveryFields } from "../lib/routes.ts";
+import { discoveryFields } from "../lib/routes.ts";
+import { preparedRoutes } from "./_server.ts";
 
 async function setup(env: Parameters<typeof recordEnv>[0] = {}) {
   const loaded = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://d.example.com", ...env }));
   if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
   const content = loadContent(loaded.config);
   if (!content.ok) throw new Error(content.errors.join("\n"));
-  // Pages are built with the Markdown renderer, which the handler loads before a page's first answer.
-  await content.content.prepareMarkdown();
-  return { config: loaded.config as Config, routes: buildRoutes(loaded.config, content.content) };
+  // Representations are built by each path's prepare() (pages load the Markdown renderer first),
+  // which the handler awaits before a path's first answer.
+  return {
+    config: loaded.config as Config,
+    routes: await preparedRoutes(loaded.config, content.content),
+  };
 }
 
 Deno.test("buildRoutes() has every public path with its default and Markdown types", async () => {

@@ -14,21 +14,28 @@ import { warmUp } from "../lib/warm_up.ts";
 const BODY = "x".repeat(2_000);
 
 function route(representations: () => Representation[]): Route {
-  return { pick: () => representations()[0]!, representations, fields: [] };
+  return {
+    pick: () => representations()[0]!,
+    representations,
+    prepare: () => Promise.resolve(),
+    eager: true,
+    fields: [],
+  };
 }
 
 Deno.test("warmUp() builds every representation and both compressed codings, and reports the count", async () => {
-  const built: Representation[] = [];
-  const representation = () => {
-    const made = buildRepresentation("text/plain; charset=utf-8", BODY);
-    built.push(made);
-    return made;
-  };
+  const built = [
+    await buildRepresentation("text/plain; charset=utf-8", BODY),
+    await buildRepresentation("text/plain; charset=utf-8", BODY + "y"),
+  ];
   const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
-  warmUp([route(() => [representation(), representation()])], { delayMs: 0, onDone: resolve });
+  warmUp([route(() => built)], { delayMs: 0, onDone: resolve });
   const report = await promise;
   assert.equal(report.variants, 6); // two representations, each in identity, br and gzip
-  assert.equal(built.length, 2);
+  for (const representation of built) {
+    assert.ok(representation.variants.br!.body.length < BODY.length);
+    assert.ok(representation.variants.gzip!.body.length < BODY.length);
+  }
 });
 
 Deno.test("warmUp() reports a representation that fails and goes on with the next route", async () => {
@@ -37,7 +44,8 @@ Deno.test("warmUp() reports a representation that fails and goes on with the nex
   const broken = route(() => {
     throw new Error("no such file");
   });
-  const fine = route(() => [buildRepresentation("text/plain; charset=utf-8", BODY)]);
+  const built = await buildRepresentation("text/plain; charset=utf-8", BODY);
+  const fine = route(() => [built]);
   warmUp([broken, fine], { delayMs: 0, onDone: resolve, onError: (e) => errors.push(e) });
   assert.equal((await promise).variants, 3);
   assert.equal(errors.length, 1);

@@ -3,15 +3,35 @@
  * header fields that never change between requests.
  *
  * Every 200 body of the service is known when it starts, so compression and hashing happen here,
- * never on the hot path: the identity body and its ETag at once, each compressed body the first time
- * a request asks for that coding (or when the service warms up after it listens).
+ * never on the hot path: the identity body and its ETag (SHA-256 from Web Crypto, asynchronous) when
+ * the representation is built, each compressed body the first time it is read after `node:zlib` has
+ * loaded ({@linkcode loadCompression}, which the warm-up calls after the service listens). No `node:`
+ * module is imported statically: Node compatibility would delay the first response (README, "Cold
+ * start").
  *
  * @module
  */
 
-import { brotliCompressSync, constants as zlib, gzipSync } from "node:zlib";
-import { createHash } from "node:crypto";
 import type { Encoding } from "./negotiate.ts";
+
+/** `node:zlib`, once {@linkcode loadCompression} has imported it. */
+let zlib: typeof import("node:zlib") | undefined;
+let zlibLoading: Promise<void> | undefined;
+
+/**
+ * Imports `node:zlib` (once): until it resolves, no representation has a br or gzip variant and
+ * requests that ask for one get the identity variant.
+ */
+export function loadCompression(): Promise<void> {
+  return zlibLoading ??= import("node:zlib").then((module) => {
+    zlib = module;
+  });
+}
+
+/** Whether {@linkcode loadCompression} has resolved. */
+export function compressionLoaded(): boolean {
+  return zlib !== undefined;
+}
 
 /** One encoded body and the fields that describe it. */
 export interface Variant {
@@ -29,8 +49,14 @@ export interface Variant {
 export interface Representation {
   /** The media type with parameters, as in `Content-Type`. */
   type: string;
-  /** The variant per coding; a coding that does not make the body smaller shares the identity variant. */
-  variants: Readonly<Record<Encoding, Variant>>;
+  /**
+   * The variant per coding: identity always; br and gzip `undefined` until `node:zlib` has loaded
+   * ({@linkcode loadCompression}), then compressed on first read and kept. A coding that does not
+   * make the body smaller shares the identity variant.
+   */
+  variants: Readonly<Record<Exclude<Encoding, "identity">, Variant | undefined>> & {
+    readonly identity: Variant;
+  };
 }
 
 /** Options of {@linkcode buildRepresentation}. */
@@ -46,32 +72,36 @@ const ENCODER = new TextEncoder();
 /**
  * Builds a representation: identity, gzip and br bodies, their ETags and header fields.
  *
- * The identity variant is built at once; gzip and br are compressed the first time they are asked
- * for (`variants.br` is a getter that compresses once and then keeps the variant): compressing every
+ * The identity variant is built at once (its ETag is a SHA-256 digest of the bytes, hence the
+ * promise); gzip and br are compressed the first time they are read once `node:zlib` has loaded
+ * (`variants.br` is a getter that compresses once and then keeps the variant): compressing every
  * representation at start-up would delay the first response by hundreds of milliseconds (README,
- * "Cold start"). Reading a variant is therefore never cheaper than the first time it was read; callers
- * on the hot path keep the result.
+ * "Cold start"). A compressed variant's ETag is the identity ETag with the coding appended: its bytes
+ * are a function of the identity bytes (fixed settings below), so it changes with them. Reading a
+ * variant is never cheaper than the first time it was read; callers on the hot path keep the result.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * const json = buildRepresentation("application/json", '{"a":1}');
+ * await loadCompression();
+ * const json = await buildRepresentation("application/json", '{"a":1}');
  * // 7 bytes do not compress: the gzip variant is the identity one.
- * assert.equal(json.variants.gzip.etag, json.variants.identity.etag);
+ * assert.equal(json.variants.gzip?.etag, json.variants.identity.etag);
  * ```
  */
-export function buildRepresentation(
+export async function buildRepresentation(
   type: string,
   body: string | Uint8Array,
   options: RepresentationOptions = {},
-): Representation {
+): Promise<Representation> {
   const identityBytes: Uint8Array<ArrayBuffer> = typeof body === "string"
     ? ENCODER.encode(body)
     : new Uint8Array(body);
   const extra = options.headers ?? [];
   const cacheControl = options.cacheControl ?? "no-cache";
+  const identityTag = await digest(identityBytes);
   const variantOf = (bytes: Uint8Array<ArrayBuffer>, encoding: Encoding): Variant => {
-    const etag = `"${createHash("sha256").update(bytes).digest("base64url").slice(0, 27)}"`;
+    const etag = encoding === "identity" ? `"${identityTag}"` : `"${identityTag}-${encoding}"`;
     const common: Array<readonly [string, string]> = [
       ["etag", etag],
       ["cache-control", cacheControl],
@@ -90,32 +120,49 @@ export function buildRepresentation(
   };
   const identity = variantOf(identityBytes, "identity");
   // A coding that does not make the body smaller shares the identity variant.
-  const coded = (encoding: "br" | "gzip"): Variant => {
-    const encoded = new Uint8Array(compress(identityBytes, encoding));
+  const coded = (codec: typeof import("node:zlib"), encoding: "br" | "gzip"): Variant => {
+    const encoded = new Uint8Array(compress(codec, identityBytes, encoding));
     return encoded.length < identityBytes.length ? variantOf(encoded, encoding) : identity;
   };
   let br: Variant | undefined;
   let gzip: Variant | undefined;
-  const variants: Record<Encoding, Variant> = {
+  const variants: Representation["variants"] = {
     identity,
     get br() {
-      return br ??= coded("br");
+      return br ??= zlib && coded(zlib, "br");
     },
     get gzip() {
-      return gzip ??= coded("gzip");
+      return gzip ??= zlib && coded(zlib, "gzip");
     },
   };
   return { type, variants };
 }
 
+/** Length of the ETag's opaque tag: a SHA-256 digest (32 bytes) in base64url without padding. */
+const DIGEST_TAG_LENGTH = 43;
+
+/** The SHA-256 digest of `bytes` (Web Crypto), in base64url without padding. */
+async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return btoa(String.fromCharCode(...hash)).replaceAll("+", "-").replaceAll("/", "_").slice(
+    0,
+    DIGEST_TAG_LENGTH,
+  );
+}
+
 /** Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode. */
-function compress(bytes: Uint8Array, encoding: "br" | "gzip"): Uint8Array {
-  if (encoding === "gzip") return gzipSync(bytes, { level: 9 });
-  return brotliCompressSync(bytes, {
+function compress(
+  codec: typeof import("node:zlib"),
+  bytes: Uint8Array,
+  encoding: "br" | "gzip",
+): Uint8Array {
+  if (encoding === "gzip") return codec.gzipSync(bytes, { level: 9 });
+  const { constants } = codec;
+  return codec.brotliCompressSync(bytes, {
     params: {
-      [zlib.BROTLI_PARAM_QUALITY]: zlib.BROTLI_MAX_QUALITY,
-      [zlib.BROTLI_PARAM_SIZE_HINT]: bytes.length,
-      [zlib.BROTLI_PARAM_MODE]: zlib.BROTLI_MODE_TEXT,
+      [constants.BROTLI_PARAM_QUALITY]: constants.BROTLI_MAX_QUALITY,
+      [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
+      [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
     },
   });
 }

@@ -57,7 +57,7 @@ export function refusal(
  * import assert from "node:assert/strict";
  * import { buildRepresentation } from "../http/representation.ts";
  * import { variantTemplates } from "./variant_templates.ts";
- * const variant = variantTemplates(buildRepresentation("text/plain", "hi").variants.identity);
+ * const variant = variantTemplates((await buildRepresentation("text/plain", "hi")).variants.identity);
  * const revalidation = new Request("http://localhost/", { headers: { "if-none-match": variant.etag } });
  * assert.equal(variantResponse(revalidation, variant), variant.notModified);
  * assert.equal(variantResponse(new Request("http://localhost/", { method: "HEAD" }), variant), variant.head);

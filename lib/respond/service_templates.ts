@@ -41,10 +41,12 @@ export interface PathTemplates {
 
 /** Every response of one known path. */
 export interface RouteTemplates extends PathTemplates {
-  /** Whether the route's representations can be built (see `Route.prepare`). */
+  /** Whether the route's representations are built (see `Route.prepare`). */
   ready: boolean;
   /** Makes the route ready. */
   prepare(): Promise<void>;
+  /** Whether the route is made ready before listening (see `Route.eager`). */
+  readonly eager: boolean;
   /** The variants of the representation an `Accept` value selects (memoised). */
   pick(accept: string | null): VariantSet;
   /** 405 to any method but GET, HEAD and OPTIONS. */
@@ -176,9 +178,10 @@ function routeTemplates(
   return {
     ...pathTemplates(errors, route.fields),
     methodNotAllowed: errorTemplates(errors.methodNotAllowed, route.fields).get,
-    ready: route.prepare === undefined,
+    ready: false,
+    eager: route.eager,
     async prepare() {
-      await route.prepare?.();
+      await route.prepare();
       this.ready = true;
     },
     pick: memoize((accept) => setOf(route.pick(accept))),

@@ -2,7 +2,8 @@
  * The responses of one representation in one content coding (a variant): 200, HEAD's 200 and 304.
  *
  * A variant's templates are built once, the first time a request or the warm-up asks for its coding
- * (compressing then, see `representation.ts`), and kept: their identity is the response cache's key.
+ * after `node:zlib` has loaded (compressing then, see `representation.ts`), and kept: their identity
+ * is the response cache's key. Until then a request for br or gzip gets the identity templates.
  *
  * @module
  */
@@ -43,7 +44,10 @@ export interface VariantSet {
 export interface VariantSets {
   /** The set of a representation, with its identity variant built. */
   setOf(representation: Representation): VariantSet;
-  /** The templates of `set` in `encoding`, built and kept in `set` on first use. */
+  /**
+   * The templates of `set` in `encoding`, built and kept in `set` on first use; the identity
+   * templates (not kept) while the coding cannot be built yet (`node:zlib` not loaded).
+   */
   coded(set: VariantSet, encoding: Encoding): VariantTemplates;
 }
 
@@ -54,7 +58,7 @@ export interface VariantSets {
  * ```ts
  * import assert from "node:assert/strict";
  * import { buildRepresentation } from "../http/representation.ts";
- * const json = buildRepresentation("application/json", '{"ok":true}');
+ * const json = await buildRepresentation("application/json", '{"ok":true}');
  * const templates = variantTemplates(json.variants.identity);
  * assert.equal(templates.ok.status, 200);
  * assert.equal(templates.ok.body, '{"ok":true}');
@@ -89,9 +93,10 @@ export function variantTemplates(variant: Variant): VariantTemplates {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { buildRepresentation } from "../http/representation.ts";
+ * import { buildRepresentation, loadCompression } from "../http/representation.ts";
+ * await loadCompression();
  * const sets = createVariantSets();
- * const set = sets.setOf(buildRepresentation("text/plain; charset=utf-8", "hi"));
+ * const set = sets.setOf(await buildRepresentation("text/plain; charset=utf-8", "hi"));
  * // Two bytes do not compress: every coding answers with the identity variant's templates.
  * assert.equal(sets.coded(set, "br"), set.identity);
  * assert.equal(set.br, set.identity);
@@ -114,7 +119,9 @@ export function createVariantSets(): VariantSets {
       gzip: undefined,
       representation,
     }),
-    coded: (set, encoding) =>
-      set[encoding] = templatesOf(set.representation.variants[encoding]) as VariantTemplates,
+    coded: (set, encoding) => {
+      const variant = set.representation.variants[encoding];
+      return variant === undefined ? set.identity : set[encoding] = templatesOf(variant);
+    },
   };
 }

@@ -6,50 +6,69 @@
 
 import assert from "node:assert/strict";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import { buildRepresentation } from "../../lib/http/representation.ts";
+import { buildRepresentation, loadCompression } from "../../lib/http/representation.ts";
 
 const TEXT = "# Title\n\n" + "Some text that repeats. ".repeat(40);
 
-Deno.test("buildRepresentation() builds br and gzip bodies that decode to the identity body", () => {
-  const rep = buildRepresentation("text/markdown; charset=utf-8", TEXT);
+// Compressed variants exist once node:zlib has loaded (the warm-up loads it in the service); whether
+// a fresh process answers identity until then is tested in cold_start_imports_test.ts.
+await loadCompression();
+
+Deno.test("buildRepresentation() builds br and gzip bodies that decode to the identity body", async () => {
+  const rep = await buildRepresentation("text/markdown; charset=utf-8", TEXT);
   const decoder = new TextDecoder();
   assert.equal(decoder.decode(rep.variants.identity.body), TEXT);
-  assert.equal(decoder.decode(gunzipSync(rep.variants.gzip.body)), TEXT);
-  assert.equal(decoder.decode(brotliDecompressSync(rep.variants.br.body)), TEXT);
-  assert.ok(rep.variants.br.body.length < rep.variants.identity.body.length);
+  assert.equal(decoder.decode(gunzipSync(rep.variants.gzip!.body)), TEXT);
+  assert.equal(decoder.decode(brotliDecompressSync(rep.variants.br!.body)), TEXT);
+  assert.ok(rep.variants.br!.body.length < rep.variants.identity.body.length);
 });
 
-Deno.test("buildRepresentation() gives each coding its own strong ETag and Content-Encoding", () => {
-  const rep = buildRepresentation("text/plain; charset=utf-8", TEXT, {
+Deno.test("buildRepresentation() gives each coding its own strong ETag and Content-Encoding", async () => {
+  const rep = await buildRepresentation("text/plain; charset=utf-8", TEXT, {
     headers: [["vary", "Accept-Encoding"]],
   });
-  const etags = new Set([rep.variants.identity.etag, rep.variants.gzip.etag, rep.variants.br.etag]);
+  const etags = new Set([
+    rep.variants.identity.etag,
+    rep.variants.gzip!.etag,
+    rep.variants.br!.etag,
+  ]);
   assert.equal(etags.size, 3);
   for (const etag of etags) assert.match(etag, /^"[A-Za-z0-9_-]+"$/);
   const fields = (encoding: "identity" | "gzip" | "br") =>
-    Object.fromEntries(rep.variants[encoding].headers);
+    Object.fromEntries(rep.variants[encoding]!.headers);
   assert.equal(fields("identity")["content-encoding"], undefined);
   assert.equal(fields("gzip")["content-encoding"], "gzip");
   assert.equal(fields("br")["content-encoding"], "br");
   assert.equal(fields("br")["content-type"], "text/plain; charset=utf-8");
-  assert.equal(fields("br").etag, rep.variants.br.etag);
+  assert.equal(fields("br").etag, rep.variants.br!.etag);
   assert.equal(fields("br").vary, "Accept-Encoding");
   assert.equal(fields("br")["cache-control"], "no-cache");
-  const notModified = Object.fromEntries(rep.variants.br.notModifiedHeaders);
-  assert.equal(notModified.etag, rep.variants.br.etag);
+  const notModified = Object.fromEntries(rep.variants.br!.notModifiedHeaders);
+  assert.equal(notModified.etag, rep.variants.br!.etag);
   assert.equal(notModified.vary, "Accept-Encoding");
   assert.equal(notModified["content-type"], undefined);
 });
 
-Deno.test("buildRepresentation() sends a body that does not compress as identity under every coding", () => {
-  const rep = buildRepresentation("application/json", '{"a":1}');
+Deno.test("buildRepresentation() sends a body that does not compress as identity under every coding", async () => {
+  const rep = await buildRepresentation("application/json", '{"a":1}');
   assert.equal(rep.variants.gzip, rep.variants.identity);
   assert.equal(rep.variants.br, rep.variants.identity);
 });
 
-Deno.test("buildRepresentation() ETags change when the body changes", () => {
+Deno.test("buildRepresentation() ETags change when the body changes", async () => {
   assert.notEqual(
-    buildRepresentation("text/plain", "a").variants.identity.etag,
-    buildRepresentation("text/plain", "b").variants.identity.etag,
+    (await buildRepresentation("text/plain", "a")).variants.identity.etag,
+    (await buildRepresentation("text/plain", "b")).variants.identity.etag,
   );
+});
+
+Deno.test("buildRepresentation() ETags are the body's SHA-256, the same for the same bytes", async () => {
+  const etag = (await buildRepresentation("text/plain", TEXT)).variants.identity.etag;
+  assert.equal(etag, (await buildRepresentation("text/markdown", TEXT)).variants.identity.etag);
+  const sha256 = new Uint8Array(
+    await crypto.subtle.digest("SHA-256", new TextEncoder().encode(TEXT)),
+  );
+  const base64url = btoa(String.fromCharCode(...sha256)).replace(/=+$/, "")
+    .replaceAll("+", "-").replaceAll("/", "_");
+  assert.equal(etag, `"${base64url}"`);
 });

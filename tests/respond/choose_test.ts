@@ -13,18 +13,22 @@ import {
   type RouteTemplates,
   type ServiceTemplates,
 } from "../../lib/respond/service_templates.ts";
-import { buildRoutes } from "../../lib/routes.ts";
-import { testConfig, testContent } from "../_server.ts";
+import { preparedRoutes, testConfig, testContent } from "../_server.ts";
+
+import { loadCompression } from "../../lib/http/representation.ts";
+
+// Compressed variants are built once node:zlib has loaded, which the service's warm-up does.
+await loadCompression();
 
 const ADMITTED: Decision = { allowed: true, remaining: 59, resetSeconds: 60 };
 const REFUSED: Decision = { allowed: false, remaining: 0, resetSeconds: 12 };
 
-function templates(): ServiceTemplates {
+async function templates(): Promise<ServiceTemplates> {
   const config = testConfig();
   const content = testContent(config);
   return buildServiceTemplates(config, {
     site: content.site,
-    routes: buildRoutes(config, content),
+    routes: await preparedRoutes(config, content),
   });
 }
 
@@ -38,24 +42,24 @@ function request(method: string, headers: Record<string, string> = {}): Request 
   return new Request("http://localhost/any", { method, headers });
 }
 
-Deno.test("refusal() answers rate_limited, or rate_limit_unavailable when the store could not decide", () => {
-  const service = templates();
+Deno.test("refusal() answers rate_limited, or rate_limit_unavailable when the store could not decide", async () => {
+  const service = await templates();
   const platform = route(service, "/api/v1/platform");
   assert.equal(refusal(platform, REFUSED), platform.rateLimited);
   assert.equal(refusal(platform, { ...REFUSED, unavailable: true }), platform.unavailable);
   assert.equal(refusal(service.unknownPath, REFUSED), service.unknownPath.rateLimited);
 });
 
-Deno.test("a refused request is answered 429 before anything else is looked at, unknown paths too", () => {
-  const service = templates();
+Deno.test("a refused request is answered 429 before anything else is looked at, unknown paths too", async () => {
+  const service = await templates();
   const choose = createChooser(service);
   const bad = request("GET", { host: "bad/host" });
   assert.equal(choose(bad, route(service, "/llms.txt"), REFUSED).status, 429);
   assert.equal(choose(bad, undefined, REFUSED), service.unknownPath.rateLimited.get);
 });
 
-Deno.test("an invalid Host is answered 400 on a known and an unknown path; a valid one is remembered", () => {
-  const service = templates();
+Deno.test("an invalid Host is answered 400 on a known and an unknown path; a valid one is remembered", async () => {
+  const service = await templates();
   const choose = createChooser(service);
   const llms = route(service, "/llms.txt");
   assert.equal(choose(request("GET", { host: "a/b" }), llms, ADMITTED), llms.badRequest.get);
@@ -67,8 +71,8 @@ Deno.test("an invalid Host is answered 400 on a known and an unknown path; a val
   assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
 });
 
-Deno.test("an unknown path is answered 404 in the preferred media type, whatever the method", () => {
-  const service = templates();
+Deno.test("an unknown path is answered 404 in the preferred media type, whatever the method", async () => {
+  const service = await templates();
   const choose = createChooser(service);
   const markdown = choose(request("DELETE", { accept: "text/markdown" }), undefined, ADMITTED);
   assert.equal(markdown.status, 404);
@@ -78,8 +82,8 @@ Deno.test("an unknown path is answered 404 in the preferred media type, whatever
   assert.equal(choose(request("HEAD"), undefined, ADMITTED), service.notFound(null).head);
 });
 
-Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and 304 on a matching ETag", () => {
-  const service = templates();
+Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and 304 on a matching ETag", async () => {
+  const service = await templates();
   const choose = createChooser(service);
   const platform = route(service, "/api/v1/platform");
   const json = choose(request("GET"), platform, ADMITTED);
@@ -104,8 +108,8 @@ Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and
   assert.equal(choose(request("HEAD"), platform, ADMITTED).body, null);
 });
 
-Deno.test("variantResponse() answers 304 only when If-None-Match matches the variant's ETag", () => {
-  const service = templates();
+Deno.test("variantResponse() answers 304 only when If-None-Match matches the variant's ETag", async () => {
+  const service = await templates();
   const variant = service.variant(route(service, "/llms.txt").pick(null), null);
   assert.equal(
     variantResponse(request("GET", { "if-none-match": variant.etag }), variant),
@@ -122,8 +126,8 @@ Deno.test("variantResponse() answers 304 only when If-None-Match matches the var
   assert.equal(variantResponse(request("HEAD"), variant), variant.head);
 });
 
-Deno.test("OPTIONS on a known path is its 204, any other method its 405", () => {
-  const service = templates();
+Deno.test("OPTIONS on a known path is its 204, any other method its 405", async () => {
+  const service = await templates();
   const choose = createChooser(service);
   const llms = route(service, "/llms.txt");
   assert.equal(choose(request("OPTIONS"), llms, ADMITTED), llms.preflight);

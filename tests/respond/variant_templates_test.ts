@@ -6,13 +6,16 @@
  */
 
 import assert from "node:assert/strict";
-import { buildRepresentation } from "../../lib/http/representation.ts";
+import { buildRepresentation, loadCompression } from "../../lib/http/representation.ts";
 import { createVariantSets, variantTemplates } from "../../lib/respond/variant_templates.ts";
 
 const LONG_JSON = JSON.stringify({ items: Array.from({ length: 200 }, (_, i) => ({ i })) });
 
-Deno.test("variantTemplates(): 200 with the body, HEAD with its length and no body, 304 with no body", () => {
-  const json = buildRepresentation("application/json", LONG_JSON);
+// Codings are built once node:zlib has loaded (the warm-up loads it in the service).
+await loadCompression();
+
+Deno.test("variantTemplates(): 200 with the body, HEAD with its length and no body, 304 with no body", async () => {
+  const json = await buildRepresentation("application/json", LONG_JSON);
   const identity = variantTemplates(json.variants.identity);
   assert.equal(identity.ok.body, LONG_JSON);
   assert.equal(identity.head.body, null);
@@ -20,12 +23,12 @@ Deno.test("variantTemplates(): 200 with the body, HEAD with its length and no bo
   assert.equal(identity.notModified.status, 304);
   assert.equal(identity.notModified.body, null);
   // A compressed body is kept as bytes, never as text.
-  assert.ok(variantTemplates(json.variants.br).ok.body instanceof Uint8Array);
+  assert.ok(variantTemplates(json.variants.br!).ok.body instanceof Uint8Array);
 });
 
-Deno.test("createVariantSets() builds a coding's templates on first use and keeps them in the set", () => {
+Deno.test("createVariantSets() builds a coding's templates on first use and keeps them in the set", async () => {
   const sets = createVariantSets();
-  const set = sets.setOf(buildRepresentation("application/json", LONG_JSON));
+  const set = sets.setOf(await buildRepresentation("application/json", LONG_JSON));
   assert.equal(set.br, undefined);
   const br = sets.coded(set, "br");
   assert.equal(set.br, br);
