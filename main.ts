@@ -48,6 +48,20 @@ function fatal(errors: string[]): never {
   Deno.exit(1);
 }
 
+/**
+ * Logs both ends of a shared-store incident: its start (`unavailable`, `unsynced`) as a warning with
+ * `started`, its end as information with `ended`, each with the store's kind and the incident's fields.
+ */
+function storeIncidentLogger(
+  started: string,
+  ended: string,
+): (incident: { kind: string }) => void {
+  return (incident) =>
+    incident.kind === "unavailable" || incident.kind === "unsynced"
+      ? event("warn", started, { store: config.rateLimitStore, ...incident })
+      : event("info", ended, { store: config.rateLimitStore, ...incident });
+}
+
 /** Prints one sentence and exits 1: start-up failures are the operator's, not a stack trace. */
 function fatalSentence(sentence: string): never {
   console.error(sentence);
@@ -91,26 +105,14 @@ const store = await openRateLimitStore(config, {
         tracked,
       },
     ),
-  onIncident: (incident) =>
-    incident.kind === "unavailable"
-      ? event("warn", "rate-limit store unavailable: answering by the failure policy", {
-        store: config.rateLimitStore,
-        ...incident,
-      })
-      : event("info", "rate-limit store recovered: limiting resumed", {
-        store: config.rateLimitStore,
-        ...incident,
-      }),
-  onSyncIncident: (incident) =>
-    incident.kind === "unsynced"
-      ? event("warn", "rate-limit sync failing: each instance limits by its own log meanwhile", {
-        store: config.rateLimitStore,
-        ...incident,
-      })
-      : event("info", "rate-limit sync recovered: the instances' counts are reconciled", {
-        store: config.rateLimitStore,
-        ...incident,
-      }),
+  onIncident: storeIncidentLogger(
+    "rate-limit store unavailable: answering by the failure policy",
+    "rate-limit store recovered: limiting resumed",
+  ),
+  onSyncIncident: storeIncidentLogger(
+    "rate-limit sync failing: each instance limits by its own log meanwhile",
+    "rate-limit sync recovered: the instances' counts are reconciled",
+  ),
 }).catch((error) =>
   fatalSentence(
     config.rateLimitStore === "kv"

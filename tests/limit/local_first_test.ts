@@ -345,7 +345,8 @@ Deno.test("local-first peek reports the local and the synced counts without coun
   assert.deepEqual(store.peek("caller", 60_601).remaining, 2);
 });
 
-Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers left out go next", async () => {
+/** A store whose backend answers every sync, synced by hand, at a clock standing at 1000. */
+function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
   const backend = new BrokenBackend();
   backend.mode = "answer";
   const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
@@ -354,6 +355,11 @@ Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers l
     autoSync: false,
     clock: () => 1000,
   });
+  return { backend, store };
+}
+
+Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers left out go next", async () => {
+  const { backend, store } = answeringStore();
   for (let i = 0; i <= MAX_SYNC_CALLERS; i++) store.hit(`c${i}`, 1000);
   await store.sync();
   await store.sync();
@@ -366,14 +372,7 @@ Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers l
 });
 
 Deno.test("local-first sends every caller with new hits but refreshes at most MAX_QUIET_CALLERS quiet ones per sync, in turn", async () => {
-  const backend = new BrokenBackend();
-  backend.mode = "answer";
-  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    autoSync: false,
-    clock: () => 1000,
-  });
+  const { backend, store } = answeringStore();
   const quiet = 2 * MAX_QUIET_CALLERS + 50;
   for (let i = 0; i < quiet; i++) store.hit(`q${i}`, 1000);
   await store.sync(); // every caller has a new hit: all are sent
