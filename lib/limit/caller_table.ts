@@ -11,8 +11,9 @@
  * probing, holds entry numbers; deletion shifts the following entries of a probe run back
  * (backward-shift deletion), so no tombstones build up and no pass ever rebuilds it. All arrays are
  * allocated at their full size up front: the operating system maps their zero pages only when first
- * written, so an idle table costs almost no resident memory (about `37 x cap` bytes are reserved,
- * about 29 bytes per caller plus the index's pages are touched as callers arrive).
+ * written, so an idle table costs almost no resident memory. An entry is 25 bytes (touched as
+ * entries are first used: the most callers held at once) and an index slot 4 bytes (8 to 16 bytes
+ * per unit of the cap, touched all over once a few thousand callers have arrived).
  *
  * Two kinds of callers need the heap, both rare: a key that is neither a canonical IPv4 address
  * nor a canonical IPv6 /64 key (`unix`, tests' names) is held in a small `Map` beside the index,
