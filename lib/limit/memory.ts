@@ -11,16 +11,15 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "./decision.ts";
-import { ipv4Value } from "./caller.ts";
+import { CallerTable } from "./caller_table.ts";
 import {
   add,
   countOf,
   keepNewest,
   liveAfter,
-  newestOf,
   oldestOf,
   type RunLog,
-  shiftTimes,
+  TIME_FLOOR,
   trim,
   twoRequests,
 } from "./run_log.ts";
@@ -43,27 +42,7 @@ export interface MemoryStoreStats {
   tracked: number;
   /** Callers forgotten because the cap was reached. */
   evicted: number;
-  /** Of the tracked callers, those still held under the previous base time (moving across). */
-  previousBase: number;
 }
-
-/**
- * The key a caller is held under in the in-memory store: a canonical dotted IPv4 address (no leading
- * zeros, as `keyOfIp` in `caller.ts` writes it) as its 32-bit value ({@linkcode ipv4Value}), which V8
- * keeps as a small integer (no string to hash, compare or keep alive); any other key as it is.
- * Distinct strings get distinct keys: only canonical addresses become numbers, and a number never
- * equals a string in a `Map`.
- */
-export function compactKey(key: string): number | string {
-  const value = ipv4Value(key);
-  return value === undefined ? key : value;
-}
-
-/**
- * How far `now` may drift from the store's base time before the base moves: integer offsets stay
- * within V8's small integers (31 bits and a sign in Deno, which does not compress pointers).
- */
-export const REBASE_AFTER_MS = 2 ** 30;
 
 /**
  * How often the background sweep runs. Often and short rather than once a second and long: with a
@@ -73,35 +52,28 @@ export const REBASE_AFTER_MS = 2 ** 30;
 export const SWEEP_INTERVAL_MS = 100;
 /** Each caller is visited about this many times per window, so that none outlives it by much. */
 const VISITS_PER_WINDOW = 2;
-/** The fewest callers one sweep pass visits. */
+/** The fewest entries one sweep pass visits. */
 const MIN_SWEEP_BUDGET = 100;
 /** The default cap on tracked callers (`RATE_LIMIT_MAX_CALLERS`). */
-const DEFAULT_MAX_CALLERS = 500_000;
-
-/** A caller's counted requests: one timestamp, or runs of them ({@linkcode RunLog}). */
-type Entry = number | RunLog;
-type Key = number | string;
-
-/** The newest timestamp of an entry (`undefined` for an empty log). */
-function newestOfEntry(entry: Entry): number | undefined {
-  return typeof entry === "number" ? entry : newestOf(entry);
-}
+export const DEFAULT_MAX_CALLERS = 500_000;
 
 /**
  * The in-memory store: one process, exact, bounded.
  *
- * Each caller holds its counted timestamps: a bare number for one request (the common case) or a
- * {@linkcode RunLog} (one timestamp per distinct time, a count only beside a repeated one), kept
- * ascending (a request from a clock that stepped back is inserted in order), whose length is bounded
- * by the distinct times in the window, not by the limit. With hundreds of thousands of callers, hashing key strings and the garbage collector's
- * work on them dominated the cost of a decision, so two representation choices keep a caller with
- * one request free of any heap object of its own: IPv4 callers are held under their address as an
- * integer ({@linkcode compactKey}), and timestamps are kept as milliseconds since a base time,
- * small integers that V8 stores unboxed in the map. The base moves forward every 2^30 ms (about 12
- * days) without a pause: the callers held under the previous base stay in a second map and move
- * across (their times shifted) when they are next seen or when the sweep reaches them. A sweep every
- * {@linkcode SWEEP_INTERVAL_MS} walks part of the map so that the whole map is visited about twice
- * per window, and forgets callers with nothing left in the window.
+ * Callers live in a {@linkcode CallerTable}: open addressing over typed arrays sized once from the
+ * cap, so that no call ever waits for a table to be rebuilt, and a caller with one request in the
+ * window (the common case) is an IPv4 address or IPv6 /64 as integers and one float64 time, with
+ * no heap object of its own. A caller with more requests keeps a {@linkcode RunLog} (one timestamp
+ * per distinct time, a count only beside a repeated one), kept ascending (a request from a clock
+ * that stepped back is inserted in order), whose length is bounded by the distinct times in the
+ * window, not by the limit. Times are absolute milliseconds: there is no base time to move.
+ *
+ * A sweep every {@linkcode SWEEP_INTERVAL_MS} visits part of the table, so that every entry is
+ * visited about twice per window, and forgets callers with nothing left in the window. At the cap
+ * the caller added longest ago is forgotten (least recently added: a caller keeps its place while
+ * it stays tracked, whatever it sends; one forgotten by the sweep or the cap starts again at the
+ * end). That order needs no work per request, unlike least recently used, and a flood of new
+ * addresses can only push out callers older than itself.
  *
  * @example
  * ```ts
@@ -113,20 +85,11 @@ function newestOfEntry(entry: Entry): number | undefined {
  */
 export class MemoryStore implements RateLimitStore {
   readonly #policy: RateLimitPolicy;
-  readonly #max: number;
   readonly #now: () => number;
   readonly #onCapacity: ((tracked: number) => void) | undefined;
-  /** Caller -> counted timestamps, as offsets from `#base`. */
-  #log = new Map<Key, Entry>();
-  /** Callers still held as offsets from the previous base; `undefined` once all have moved. */
-  #old: Map<Key, Entry> | undefined;
-  /** The previous base's offsets minus this are offsets from `#base`. */
-  #shift = 0;
-  /** The time offsets count from: set by the first call, moved forward by `#moveBase`. */
-  #base = Number.NaN;
-  #cursor: MapIterator<[Key, Entry]> | undefined;
-  #oldCursor: MapIterator<[Key, Entry]> | undefined;
-  #evictCursor: MapIterator<Key> | undefined;
+  readonly #table: CallerTable;
+  /** The next entry the sweep visits. */
+  #cursor = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
   #evicted = 0;
   #atCapacity = false;
@@ -134,7 +97,7 @@ export class MemoryStore implements RateLimitStore {
   /** Creates a store for `policy`. */
   constructor(policy: RateLimitPolicy, options: MemoryStoreOptions = {}) {
     this.#policy = policy;
-    this.#max = options.maxCallers ?? DEFAULT_MAX_CALLERS;
+    this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
     this.#now = options.now ?? Date.now;
     this.#onCapacity = options.onCapacity;
     if (options.sweep ?? true) {
@@ -147,78 +110,82 @@ export class MemoryStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision {
+    checkTime(now);
     const policy = this.#policy;
-    const t = this.#offset(now);
-    const cutoff = t - policy.windowMs;
-    const id = compactKey(key);
-    let entry = this.#log.get(id);
-    if (entry === undefined && this.#old !== undefined) entry = this.#adopt(id);
-    if (entry === undefined) {
-      this.#insert(id, t);
-      return decide(0, undefined, t, policy);
-    }
-    if (typeof entry === "number") {
-      if (entry <= cutoff) {
-        this.#log.set(id, t);
-        return decide(0, undefined, t, policy);
+    const cutoff = now - policy.windowMs;
+    const table = this.#table;
+    const id = table.find(key);
+    if (id < 0) {
+      if (table.size >= table.capacity) {
+        this.#evictOldest();
       }
-      const decision = decide(1, entry, t, policy);
-      if (decision.allowed) this.#log.set(id, twoRequests(entry, t));
+      table.add(now);
+      return decide(0, undefined, now, policy);
+    }
+    const log = table.logOf(id);
+    if (log === undefined) {
+      const single = table.time[id]!;
+      if (single <= cutoff) {
+        table.time[id] = now;
+        return decide(0, undefined, now, policy);
+      }
+      const decision = decide(1, single, now, policy);
+      if (decision.allowed) {
+        table.setLog(id, twoRequests(single, now));
+        if (now > single) table.time[id] = now;
+      }
       return decision;
     }
-    trim(entry, cutoff);
-    const count = countOf(entry);
-    const decision = decide(count, oldestOf(entry), t, policy);
-    if (decision.allowed) {
-      if (count === 0) this.#log.set(id, t);
-      else add(entry, t);
-    } else if (count > policy.limit) {
-      // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
-      keepNewest(entry, policy.limit);
-    }
-    return decision;
+    return this.#hitLog(id, log, now, cutoff);
   }
 
   /** {@inheritDoc RateLimitStore.peek} */
   peek(key: string, now: number): Decision {
-    const t = this.#offset(now);
-    const id = compactKey(key);
-    let entry = this.#log.get(id);
-    if (entry === undefined && this.#old !== undefined) entry = this.#adopt(id);
-    const live = this.#live(entry, t - this.#policy.windowMs);
-    return peekDecision(live.count, live.oldest, t, this.#policy);
+    checkTime(now);
+    const cutoff = now - this.#policy.windowMs;
+    const table = this.#table;
+    const id = table.find(key);
+    let count = 0;
+    let oldest = 0;
+    if (id >= 0) {
+      const log = table.logOf(id);
+      if (log !== undefined) {
+        ({ count, oldest } = liveAfter(log, cutoff));
+      } else if (table.time[id]! > cutoff) {
+        count = 1;
+        oldest = table.time[id]!;
+      }
+    }
+    return peekDecision(count, oldest, now, this.#policy);
   }
 
   /**
-   * Forgets callers with nothing left in the window, visiting at most `budget` callers from where the
-   * last sweep stopped; callers still held under the previous base time are moved across first.
-   * Called every {@linkcode SWEEP_INTERVAL_MS} by the store itself; exposed for tests.
+   * Forgets callers with nothing left in the window, visiting at most `budget` entries from where
+   * the last sweep stopped. Called every {@linkcode SWEEP_INTERVAL_MS} by the store itself; exposed
+   * for tests.
    */
   sweep(now: number, budget: number = this.#sweepBudget()): void {
-    const cutoff = this.#offset(now) - this.#policy.windowMs;
-    let left = this.#old === undefined ? budget : this.#migrate(cutoff, budget);
-    this.#cursor ??= this.#log.entries();
-    for (; left > 0; left--) {
-      const next = this.#cursor.next();
-      if (next.done) {
-        this.#cursor = undefined;
-        break;
+    checkTime(now);
+    const cutoff = now - this.#policy.windowMs;
+    const table = this.#table;
+    const time = table.time;
+    let cursor = this.#cursor;
+    for (let left = budget; left > 0; left--) {
+      if (cursor >= table.top) {
+        cursor = 0;
+        if (table.top === 0) break;
       }
-      const [key, entry] = next.value;
-      // Timestamps ascend: a caller whose newest one has left the window has nothing left in it.
-      const newest = newestOfEntry(entry);
-      if (newest === undefined || newest <= cutoff) this.#log.delete(key);
+      // An entry's time is its newest counted one: at or before the cutoff, nothing is left.
+      if (table.has(cursor) && time[cursor]! <= cutoff) table.remove(cursor);
+      cursor++;
     }
-    if (this.#atCapacity && this.#size() < this.#max) this.#atCapacity = false;
+    this.#cursor = cursor;
+    if (this.#atCapacity && table.size < table.capacity) this.#atCapacity = false;
   }
 
   /** The number of tracked and evicted callers. */
   stats(): MemoryStoreStats {
-    return {
-      tracked: this.#size(),
-      evicted: this.#evicted,
-      previousBase: this.#old?.size ?? 0,
-    };
+    return { tracked: this.#table.size, evicted: this.#evicted };
   }
 
   /** {@inheritDoc RateLimitStore.close} */
@@ -227,131 +194,55 @@ export class MemoryStore implements RateLimitStore {
     this.#timer = undefined;
   }
 
-  #size(): number {
-    return this.#log.size + (this.#old?.size ?? 0);
-  }
-
-  /**
-   * `now` as an offset from the base time, moving the base first when `now` has drifted 2^30 ms
-   * from it: offsets then stay small integers. Exact either way; only faster.
-   */
-  #offset(now: number): number {
-    // One NaN would become every caller's timestamps at the next move of the base.
-    if (!Number.isFinite(now)) throw new RangeError(`rate-limit time must be finite, got ${now}`);
-    const t = now - this.#base;
-    if (t < REBASE_AFTER_MS && t > -REBASE_AFTER_MS) return t;
-    this.#moveBase(now);
-    return 0;
-  }
-
-  /**
-   * Moves the base to `now` in O(1): the current map becomes the previous base's map, drained by
-   * `#adopt` and the sweep. Only if it has not drained in 2^30 ms (no sweep ran) is the rest moved
-   * here, in one pass.
-   */
-  #moveBase(now: number): void {
-    if (Number.isNaN(this.#base)) {
-      this.#base = now;
-      return;
-    }
-    if (this.#old !== undefined) this.#migrate(Number.NEGATIVE_INFINITY, Number.POSITIVE_INFINITY);
-    this.#old = this.#log;
-    this.#shift = now - this.#base;
-    this.#base = now;
-    this.#log = new Map();
-    this.#cursor = undefined;
-    this.#oldCursor = undefined;
-    this.#evictCursor = undefined;
-  }
-
-  /** Moves the caller `id` from the previous base's map to the current one. */
-  #adopt(id: Key): Entry | undefined {
-    const old = this.#old!;
-    const entry = old.get(id);
-    if (entry === undefined) return undefined;
-    old.delete(id);
-    const moved = this.#shifted(entry);
-    this.#log.set(id, moved);
-    if (old.size === 0) this.#old = undefined;
-    return moved;
-  }
-
-  #shifted(entry: Entry): Entry {
-    if (typeof entry === "number") return entry - this.#shift;
-    shiftTimes(entry, this.#shift);
-    return entry;
-  }
-
-  /**
-   * Visits up to `budget` callers of the previous base's map: forgets those with nothing left after
-   * `cutoff` (an offset from the current base) and moves the others across.
-   *
-   * @returns the budget left
-   */
-  #migrate(cutoff: number, budget: number): number {
-    const old = this.#old!;
-    const cursor = this.#oldCursor ??= old.entries();
-    let left = budget;
-    for (; left > 0; left--) {
-      const next = cursor.next();
-      if (next.done) break;
-      const [key, entry] = next.value;
-      old.delete(key);
-      const moved = this.#shifted(entry);
-      const newest = newestOfEntry(moved);
-      if (newest !== undefined && newest > cutoff) this.#log.set(key, moved);
-    }
-    if (old.size === 0) {
-      this.#old = undefined;
-      this.#oldCursor = undefined;
-    }
-    return left;
-  }
-
-  #insert(key: Key, now: number): void {
-    if (this.#size() >= this.#max) {
-      if (!this.#atCapacity) {
-        this.#atCapacity = true;
-        this.#onCapacity?.(this.#size());
+  /** {@linkcode MemoryStore.hit} for a caller with a run log. */
+  #hitLog(id: number, log: RunLog, now: number, cutoff: number): Decision {
+    const policy = this.#policy;
+    const table = this.#table;
+    trim(log, cutoff);
+    const count = countOf(log);
+    const decision = decide(count, oldestOf(log), now, policy);
+    if (decision.allowed) {
+      if (count === 0) {
+        table.setLog(id, undefined);
+        table.time[id] = now;
+      } else {
+        add(log, now);
+        if (now > table.time[id]!) table.time[id] = now;
       }
-      this.#evictOne();
+    } else if (count > policy.limit) {
+      // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
+      keepNewest(log, policy.limit);
     }
-    this.#log.set(key, now);
+    return decision;
   }
 
   /**
-   * Forgets the caller added longest ago (those under the previous base first): bounded memory
-   * matters more than one caller's count. One iterator lives across evictions: a new one per
-   * eviction would step over every entry deleted since the map was last compacted (tens of
-   * microseconds per request at the cap).
+   * Forgets the caller added longest ago: bounded memory matters more than one caller's count.
+   * Reports the cap once per incident.
    */
-  #evictOne(): void {
-    if (this.#old !== undefined) {
-      this.#migrate(Number.POSITIVE_INFINITY, 1); // forgets the first caller of the previous base
-      this.#evicted++;
-      return;
+  #evictOldest(): void {
+    const table = this.#table;
+    if (!this.#atCapacity) {
+      this.#atCapacity = true;
+      this.#onCapacity?.(table.size);
     }
-    let oldest = this.#evictCursor?.next();
-    if (oldest === undefined || oldest.done) {
-      this.#evictCursor = this.#log.keys();
-      oldest = this.#evictCursor.next();
-    }
-    if (!oldest.done) {
-      this.#log.delete(oldest.value);
-      this.#evicted++;
-    }
-  }
-
-  #live(entry: Entry | undefined, cutoff: number): { count: number; oldest: number } {
-    if (entry === undefined) return { count: 0, oldest: 0 };
-    if (typeof entry === "number") {
-      return entry > cutoff ? { count: 1, oldest: entry } : { count: 0, oldest: 0 };
-    }
-    return liveAfter(entry, cutoff);
+    table.remove(table.oldest());
+    this.#evicted++;
   }
 
   #sweepBudget(): number {
     const passes = Math.max(1, this.#policy.windowMs / SWEEP_INTERVAL_MS);
-    return Math.max(MIN_SWEEP_BUDGET, Math.ceil((this.#size() / passes) * VISITS_PER_WINDOW));
+    const top = this.#table.top;
+    return Math.max(MIN_SWEEP_BUDGET, Math.ceil((top / passes) * VISITS_PER_WINDOW));
+  }
+}
+
+/**
+ * Refuses a time the store cannot hold: not finite (one NaN would spoil a caller's log for good),
+ * or at or below {@linkcode TIME_FLOOR} (it would read as a run log's count cell).
+ */
+function checkTime(now: number): void {
+  if (!(Number.isFinite(now) && now > TIME_FLOOR)) {
+    throw new RangeError(`rate-limit time must be finite and above ${TIME_FLOOR}, got ${now}`);
   }
 }

@@ -1,6 +1,6 @@
 /**
  * The sliding log of one caller with more than one counted request: one timestamp per distinct
- * time, oldest first, in one plain array of small integers, with a count only where several
+ * time, oldest first, in one plain array of numbers, with a count only where several
  * requests share a time.
  *
  * A caller hammering the service at tens of thousands of requests per second with a high limit
@@ -17,7 +17,7 @@
  * `RUN_MARK - k` (below every timestamp) standing for `k` more requests at `t`. Entries before
  * `head` have left the window and are cut off in one go once they are as many cells as the live
  * ones, so that trimming costs O(1) amortised per entry. Timestamps must lie above
- * {@linkcode TIME_FLOOR} (the memory store's offsets from its base time do) and a log holds at
+ * {@linkcode TIME_FLOOR} (the memory store's absolute milliseconds do; it refuses others) and a log holds at
  * most 2^21 requests at one time (a limit of at most a million does).
  *
  * @module
@@ -36,13 +36,13 @@ const FIRST = 2;
 const COMPACT_AFTER = 8;
 
 /**
- * Every timestamp is above this: offsets from a base that moves every 2^30 ms, minus a window of
- * at most a day (< 2^27 ms). Times that would fall below it are out of any window and dropped.
+ * Every timestamp is above this (about 14 days before 1970, far below any clock's reading): cells
+ * at or below it are count cells.
  */
 export const TIME_FLOOR = -(2 ** 30) - 2 ** 27;
 /**
  * A count cell `RUN_MARK - k` stands for `k` more requests at the timestamp before it; with `k`
- * below 2^21 it stays a small integer (above -2^31) and below {@linkcode TIME_FLOOR}.
+ * below 2^21 it stays above -2^31 and below {@linkcode TIME_FLOOR}.
  */
 export const RUN_MARK = -(2 ** 31) + 2 ** 21;
 
@@ -190,15 +190,4 @@ export function keepNewest(log: RunLog, limit: number): void {
   }
   log[TOTAL] = Math.min(log[TOTAL]!, limit);
   log[HEAD] = head;
-}
-
-/**
- * Subtracts `shift` from every timestamp (the store moved its base time); entries that would fall
- * to {@linkcode TIME_FLOOR} or below are out of any window and are forgotten first.
- */
-export function shiftTimes(log: RunLog, shift: number): void {
-  trim(log, TIME_FLOOR + shift);
-  for (let i = log[HEAD]!; i < log.length; i++) {
-    if (log[i]! > TIME_FLOOR) log[i] = log[i]! - shift;
-  }
 }

@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { createHandler } from "../../lib/handler.ts";
 import {
   callerKey,
@@ -56,6 +57,68 @@ Deno.test("parseIp() reads IPv4 and every IPv6 spelling, and refuses what is not
     const parsed = parseIp(text);
     assert.equal(parsed === undefined ? undefined : keyOfIp(parsed), expected, text);
   }
+});
+
+/**
+ * The IPv6 parser as it was before it became a single pass (split on "::" and ":", a regular
+ * expression per group): the reference the property below holds the fast one to.
+ */
+function referenceIpv6(input: string): number[] | undefined {
+  const zone = input.indexOf("%");
+  const text = zone === -1 ? input : input.slice(0, zone);
+  const halves = text.split("::");
+  if (halves.length > 2) return undefined;
+  const words = (half: string): number[] | undefined => {
+    if (half === "") return [];
+    const out: number[] = [];
+    const groups = half.split(":");
+    for (let i = 0; i < groups.length; i++) {
+      const group = groups[i]!;
+      if (i === groups.length - 1 && group.includes(".")) {
+        const v4 = parseIp(group);
+        if (!v4 || v4.length !== 4) return undefined;
+        out.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
+      } else if (/^[0-9a-fA-F]{1,4}$/.test(group)) {
+        out.push(parseInt(group, 16));
+      } else {
+        return undefined;
+      }
+    }
+    return out;
+  };
+  const head = words(halves[0]!);
+  const tail = halves.length === 2 ? words(halves[1]!) : [];
+  if (!head || !tail) return undefined;
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
+  return [...head, ...new Array<number>(missing).fill(0), ...tail];
+}
+
+Deno.test("property: parseIp() reads an IPv6 address exactly as the split-based parser did", () => {
+  const group = fc.oneof(
+    fc.integer({ min: 0, max: 0xffff }).map((v) => v.toString(16)),
+    fc.integer({ min: 0, max: 0xffff }).map((v) => v.toString(16).toUpperCase().padStart(4, "0")),
+    fc.constantFrom("", "12345", "0g", "1.2.3.4", "01.2.3.4", "255.255.255.255", "1.2.3"),
+  );
+  const separator = fc.constantFrom(":", ":", ":", "::", ":::");
+  const structured = fc.tuple(
+    fc.array(fc.tuple(group, separator), { maxLength: 10 }),
+    group,
+    fc.constantFrom("", "", "%eth0", "%", "%1::2"),
+  ).map(([pairs, last, zone]) => pairs.map(([g, s]) => g + s).join("") + last + zone);
+  const noise = fc.array(fc.constantFrom(..."0123456789abcdefABCDEFg:.%"), { maxLength: 40 })
+    .map((chars) => chars.join(""));
+  fc.assert(
+    fc.property(fc.oneof(structured, noise), (text) => {
+      if (!text.includes(":")) return; // parseIp reads it as IPv4
+      const parsed = parseIp(text);
+      const expected = referenceIpv6(text);
+      const words = parsed &&
+        Array.from({ length: 8 }, (_, i) => (parsed[2 * i]! << 8) | parsed[2 * i + 1]!);
+      assert.deepEqual(words, expected, text);
+    }),
+    { numRuns: 20_000 },
+  );
 });
 
 Deno.test("unmapIpv4() unwraps ::ffff:a.b.c.d and its hex form, and leaves other IPv6 alone", () => {
