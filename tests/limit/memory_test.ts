@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { compactKey, MemoryStore, REBASE_AFTER_MS } from "../../lib/limit/memory.ts";
 import { type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
+import { lazyGlobalsReadBy } from "../_lazy_globals.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;
@@ -421,4 +422,15 @@ Deno.test("moving the base time visits no caller at once: callers move across wh
   other.sweep(after + 59_000, 10); // "b" left the window at after + 58 s
   assert.deepEqual(other.stats(), { tracked: 1, evicted: 0, previousBase: 0 });
   assert.equal(other.peek("c", after + 59_000).remaining, 2);
+});
+
+Deno.test("a new MemoryStore and its first decisions read no lazily loaded global (Node's timers): the sweep starts later", () => {
+  let s: MemoryStore | undefined;
+  const read = lazyGlobalsReadBy(() => {
+    s = new MemoryStore(POLICY);
+    s.hit("192.0.2.1", T0);
+    s.peek("192.0.2.1", T0);
+  });
+  s!.close();
+  assert.deepEqual(read, []);
 });
