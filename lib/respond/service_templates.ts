@@ -45,7 +45,7 @@ export interface RouteTemplates extends PathTemplates {
   ready: boolean;
   /** Makes the route ready. */
   prepare(): Promise<void>;
-  /** Whether the route is made ready before listening (see `Route.eager`). */
+  /** Whether the route is made ready by `handler.ready` (see `Route.eager`). */
   readonly eager: boolean;
   /** The variants of the representation an `Accept` value selects (memoised). */
   pick(accept: string | null): VariantSet;
