@@ -148,7 +148,9 @@ const fetch = createHandler({
       "error",
       'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (README, "Caller identity"). Said once.',
     ),
-  // Pages and compressed bodies are built after listening, so the first request is not kept waiting.
+  // Nothing is built before listening, so the first request is not kept waiting: each path's first
+  // request builds its representations (Web Crypto ETags), and the warm-up builds the rest, pages
+  // and compressed bodies included (README, "Cold start").
   warmUp: {
     signal: warmUpStop.signal,
     onDone: ({ variants, ms }) =>
@@ -157,10 +159,6 @@ const fetch = createHandler({
       event("error", "a representation cannot be built: its path answers 500", errorFields(error)),
   },
 });
-
-// Every path but the pages has its representations (and their Web Crypto ETags) built before the
-// first request can arrive.
-await fetch.ready;
 
 export default { fetch } satisfies Deno.ServeDefaultExport;
 

@@ -11,6 +11,7 @@
 
 import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller.ts";
 import { memoize } from "./http/negotiate.ts";
+import { later } from "./timer.ts";
 
 /** One access-log record: never the query string, a body, or a full client address. */
 export interface AccessRecord {
@@ -121,11 +122,11 @@ export function createAccessLog(
   const flushMs = options.flushMs ?? 250;
   const maxBuffer = options.maxBuffer ?? 65_536;
   let buffer = "";
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let cancelTimer: (() => void) | undefined;
 
   const flush = () => {
-    if (timer !== undefined) clearTimeout(timer);
-    timer = undefined;
+    cancelTimer?.();
+    cancelTimer = undefined;
     if (buffer === "") return;
     const chunk = ENCODER.encode(buffer);
     buffer = "";
@@ -137,10 +138,9 @@ export function createAccessLog(
       buffer += formatAccessRecord(record);
       if (buffer.length >= maxBuffer) {
         flush();
-      } else if (timer === undefined) {
-        const pending = setTimeout(flush, flushMs);
-        Deno.unrefTimer(pending);
-        timer = pending;
+      } else if (cancelTimer === undefined) {
+        // Not setTimeout: its first use loads Node's timers, which a first response would wait for.
+        cancelTimer = later(flushMs, flush);
       }
     },
     flush,

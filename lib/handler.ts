@@ -45,10 +45,11 @@ import { warmUp, type WarmUpOptions } from "./warm_up.ts";
 export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
 
 /**
- * The service's handler, with `ready`: resolved once every path that needs no npm package (all but
- * the pages) has its representations built (their ETags are Web Crypto digests, asynchronous), so
- * that a server that awaits it answers those paths' first requests at once. A path whose
- * representations failed to build answers 500, as before `ready`.
+ * The service's handler, with `ready`: reading it builds the representations of every path that
+ * needs no npm package (all but the pages; their ETags are Web Crypto digests, asynchronous), and it
+ * resolves once they are built. Until then nothing is built: each path's first request builds its
+ * own (or the warm-up does), so that a cold start's first response waits for one path, not all
+ * (README, "Cold start"). A path whose representations failed to build answers 500.
  */
 export type ServiceHandler = Handler & { readonly ready: Promise<void> };
 
@@ -168,7 +169,15 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     record?.(request.method, path, key, started, result.status);
     return result;
   };
-  return Object.assign(handler, { ready: prepareEagerRoutes(templates) });
+  return withReady(handler, templates);
+}
+
+/** `handler` with `ready`, which builds the eager routes when first read (see {@linkcode ServiceHandler}). */
+function withReady(handler: Handler, templates: ServiceTemplates): ServiceHandler {
+  let ready: Promise<void> | undefined;
+  return Object.defineProperty(handler, "ready", {
+    get: () => ready ??= prepareEagerRoutes(templates),
+  }) as ServiceHandler;
 }
 
 /** Builds the representations of every route that needs no npm package; a failure is left to its path. */

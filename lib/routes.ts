@@ -34,7 +34,7 @@ export interface Route {
    * pages wait for `marked` first). The first request of a path waits for it.
    */
   prepare: () => Promise<void>;
-  /** Whether `prepare()` imports nothing (not a page, which needs `marked`): built before listening. */
+  /** Whether `handler.ready` builds it: its `prepare()` imports nothing (pages need `marked`). */
   eager: boolean;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];

@@ -10,6 +10,7 @@
 import { loadNegotiator } from "./http/negotiate.ts";
 import { loadCompression, type Representation } from "./http/representation.ts";
 import type { Route } from "./routes.ts";
+import { later } from "./timer.ts";
 
 /** Options of {@linkcode warmUp}. */
 export interface WarmUpOptions {
@@ -73,8 +74,9 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
       loadCompression().catch(() => {}),
       ...[...routes].map((route) => route.prepare().catch(() => {})),
     ]);
-  setTimeout(() => {
+  // Not setTimeout: its first use loads Node's timers, which the first response would wait for.
+  later(options.delayMs ?? WARM_UP_DELAY_MS, () => {
     started = performance.now();
     void prepare().then(next);
-  }, options.delayMs ?? WARM_UP_DELAY_MS);
+  });
 }

@@ -14,6 +14,8 @@ const CONFIG = new URL("deno.json", ROOT).pathname;
 export interface StartOptions {
   /** The process's open-file limit (`ulimit -n`), when it must be lower than the test's. */
   descriptorLimit?: number;
+  /** A module Deno runs before main.ts (`--preload`), such as a probe. */
+  preload?: string;
 }
 
 /** A running service process. */
@@ -55,6 +57,7 @@ export async function startService(
       "--allow-read",
       "--allow-write",
       "--allow-env",
+      ...(options.preload === undefined ? [] : ["--preload", options.preload]),
       MAIN,
       "--listen",
     ],

@@ -12,6 +12,7 @@ import {
   formatAccessRecord,
 } from "../lib/access_log.ts";
 import { NO_ADDRESS_KEY } from "../lib/limit/caller.ts";
+import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 
 const RECORD: AccessRecord = {
   time: "2026-01-01T00:00:00.000Z",
@@ -79,4 +80,25 @@ Deno.test("createAccessRecorder() truncates the caller, keeps the path as given 
       caller: "unix",
     },
   ]);
+});
+
+Deno.test("createAccessLog() schedules its first flush without reading a lazily loaded global (Node's timers)", () => {
+  const chunks: Uint8Array[] = [];
+  const log = createAccessLog((chunk) => chunks.push(chunk));
+  const read = lazyGlobalsReadBy(() => log.log(RECORD));
+  log.flush();
+  assert.deepEqual(read, []);
+  assert.equal(new TextDecoder().decode(chunks[0]), formatAccessRecord(RECORD));
+});
+
+Deno.test("createAccessLog() writes what it holds once flushMs has passed", async () => {
+  const chunks: Uint8Array[] = [];
+  const log = createAccessLog((chunk) => chunks.push(chunk), { flushMs: 10 });
+  log.log(RECORD);
+  assert.equal(chunks.length, 0);
+  const deadline = Date.now() + 5_000;
+  while (chunks.length === 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  assert.equal(new TextDecoder().decode(chunks[0]), formatAccessRecord(RECORD));
 });

@@ -22,6 +22,8 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
   [
     // HTTP helpers with no policy: status names, negotiation, representations and their codings.
     { layer: 0, group: "http", matches: (p) => p.startsWith("lib/http/") },
+    // A timer that loads nothing, for what is scheduled before the first response.
+    { layer: 0, group: "timer", matches: (p) => p === "lib/timer.ts" },
     // The limiter: the decision, the stores, the guard, the caller key.
     { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.

@@ -46,6 +46,47 @@ Deno.test("main.ts loads no node: module and no npm package before its first res
 /** How long a test waits for the warm-up (0.5 s after start-up) to load node:zlib. */
 const WARM_UP_WAIT_MS = 10_000;
 
+/** Reports each first use of a lazily loaded global, and the first response (`--preload`). */
+const PROBE = new URL("./_lazy_globals_probe.ts", import.meta.url).pathname;
+
+/** Waits until `events` holds one that `matches`, at most {@linkcode WARM_UP_WAIT_MS}. */
+async function eventWhere(
+  events: Record<string, unknown>[],
+  matches: (event: Record<string, unknown>) => boolean,
+  what: string,
+): Promise<number> {
+  const deadline = Date.now() + WARM_UP_WAIT_MS;
+  for (;;) {
+    const index = events.findIndex(matches);
+    if (index >= 0) return index;
+    assert.ok(Date.now() < deadline, `no event: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+// Deno loads `setTimeout` and `setInterval` from node:timers (Node's errors, async hooks, timers),
+// and `atob`, `btoa`, `Buffer` and `process` from their modules, the first time each is read: the
+// static graph above cannot show it. Access log on, as by default: its first line is scheduled too.
+Deno.test("a fresh service reads no lazily loaded global (Node's timers, atob, btoa, Buffer, process) before its first response; the warm-up does later", async () => {
+  const service = await startService({ ACCESS_LOG: "true" }, undefined, { preload: PROBE });
+  try {
+    const response = await fetch(`${service.url}/api/v1/platform`);
+    await response.body?.cancel();
+    assert.equal(response.status, 200);
+    const first = await eventWhere(service.events, (e) => "firstResponse" in e, "first response");
+    const before = service.events.slice(0, first).filter((event) => "lazyGlobal" in event);
+    assert.deepEqual(
+      before.map((event) => event.lazyGlobal),
+      [],
+      before.map((event) => String(event.stack)).join("\n\n"),
+    );
+    // The probe does see them: the warm-up's steps are scheduled with setTimeout.
+    await eventWhere(service.events, (e) => e.lazyGlobal === "setTimeout", "setTimeout read");
+  } finally {
+    await service.stop();
+  }
+});
+
 Deno.test("a fresh service answers br requests in identity until the warm-up has loaded node:zlib, then in br", async () => {
   const service = await startService({});
   try {

@@ -626,3 +626,29 @@ Deno.test("an aborted warm-up stops after the step under way and does not report
     for (const store of stores) store.close();
   }
 });
+
+Deno.test("createHandler() builds no representation before it is needed: a path's first request builds its own, ready builds them all", async () => {
+  const config = testConfig();
+  const content = testContent(config);
+  const read: string[] = [];
+  const counted = new Proxy(content, {
+    get(target, name, receiver) {
+      if (name === "openapi" || name === "llms" || name === "platformJson") read.push(name);
+      return Reflect.get(target, name, receiver);
+    },
+  });
+  const store = new MemoryStore(policyOf(config), { sweep: false });
+  const handler = createHandler({ config, content: counted, store });
+  try {
+    assert.deepEqual(read, [], "a body was read before any request");
+    const { response } = await send(handler, "/api/v1/platform");
+    assert.equal(response.status, 200);
+    assert.deepEqual(read, ["platformJson"]);
+    await handler.ready;
+    assert.deepEqual(read.sort(), ["llms", "openapi", "platformJson"]);
+    const openapi = await send(handler, "/openapi.json");
+    assert.equal(openapi.text, content.openapi);
+  } finally {
+    store.close();
+  }
+});

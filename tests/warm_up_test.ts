@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
 import type { Route } from "../lib/routes.ts";
 import { warmUp } from "../lib/warm_up.ts";
+import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 
 const BODY = "x".repeat(2_000);
 
@@ -65,4 +66,11 @@ Deno.test("warmUp() stops once its signal is aborted and never reports done", as
   for (let turn = 0; turn < 5; turn++) await new Promise((resolve) => setTimeout(resolve, 0));
   assert.equal(steps, 1);
   assert.equal(done, false);
+});
+
+Deno.test("warmUp() waits for its delay without reading a lazily loaded global (Node's timers)", () => {
+  const stop = new AbortController();
+  const read = lazyGlobalsReadBy(() => warmUp([], { delayMs: 5, signal: stop.signal }));
+  stop.abort();
+  assert.deepEqual(read, []);
 });

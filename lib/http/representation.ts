@@ -138,16 +138,11 @@ export async function buildRepresentation(
   return { type, variants };
 }
 
-/** Length of the ETag's opaque tag: a SHA-256 digest (32 bytes) in base64url without padding. */
-const DIGEST_TAG_LENGTH = 43;
-
 /** The SHA-256 digest of `bytes` (Web Crypto), in base64url without padding. */
 async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return btoa(String.fromCharCode(...hash)).replaceAll("+", "-").replaceAll("/", "_").slice(
-    0,
-    DIGEST_TAG_LENGTH,
-  );
+  // Not btoa: Deno loads it (with atob) on first use, which the first response would wait for.
+  return hash.toBase64({ alphabet: "base64url", omitPadding: true });
 }
 
 /** Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode. */

@@ -23,6 +23,7 @@ import {
   trim,
   twoRequests,
 } from "./run_log.ts";
+import { later } from "../timer.ts";
 
 /** Options of {@linkcode MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -50,6 +51,12 @@ export interface MemoryStoreStats {
  * one pass held the event loop for tens of milliseconds.
  */
 export const SWEEP_INTERVAL_MS = 100;
+/**
+ * How long after the store is created the sweep starts. Nothing can leave a window before then (a
+ * window is at least a second), and a cold start's first responses are sent first: the interval's
+ * `setInterval` loads Node's timers on first use (README, "Cold start").
+ */
+export const FIRST_SWEEP_DELAY_MS = 1000;
 /** Each caller is visited about this many times per window, so that none outlives it by much. */
 const VISITS_PER_WINDOW = 2;
 /** The fewest entries one sweep pass visits. */
@@ -91,6 +98,8 @@ export class MemoryStore implements RateLimitStore {
   /** The next entry the sweep visits. */
   #cursor = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
+  /** Cancels the wait before the first sweep (see the constructor). */
+  #cancelStart: (() => void) | undefined;
   #evicted = 0;
   #atCapacity = false;
 
@@ -100,12 +109,19 @@ export class MemoryStore implements RateLimitStore {
     this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
     this.#now = options.now ?? Date.now;
     this.#onCapacity = options.onCapacity;
+    // The wait before the interval uses a timer that loads nothing; it keeps the process alive
+    // until then (or until close()), the interval itself never does.
     if (options.sweep ?? true) {
-      const timer = setInterval(() => this.sweep(this.#now()), SWEEP_INTERVAL_MS);
-      // The sweep must never keep a process (or a test) alive.
-      Deno.unrefTimer(timer);
-      this.#timer = timer;
+      this.#cancelStart = later(FIRST_SWEEP_DELAY_MS, () => this.#startSweep());
     }
+  }
+
+  #startSweep(): void {
+    this.#cancelStart = undefined;
+    const timer = setInterval(() => this.sweep(this.#now()), SWEEP_INTERVAL_MS);
+    // The sweep must never keep a process (or a test) alive.
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
@@ -190,6 +206,8 @@ export class MemoryStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.close} */
   close(): void {
+    this.#cancelStart?.();
+    this.#cancelStart = undefined;
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
   }

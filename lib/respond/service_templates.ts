@@ -45,7 +45,7 @@ export interface RouteTemplates extends PathTemplates {
   ready: boolean;
   /** Makes the route ready. */
   prepare(): Promise<void>;
-  /** Whether the route is made ready before listening (see `Route.eager`). */
+  /** Whether the route is made ready by `handler.ready` (see `Route.eager`). */
   readonly eager: boolean;
   /** The variants of the representation an `Accept` value selects (memoised). */
   pick(accept: string | null): VariantSet;
@@ -131,8 +131,17 @@ export function buildServiceTemplates(
     methodNotAllowed: render("method_not_allowed", "json"),
   };
   const sets = createVariantSets();
+  // Most paths have no fields of their own: they share the unknown path's error templates, built
+  // once rather than per path (each is encoded and decoded once; cold start, README).
+  const unknownPath = pathTemplates(errors, []);
+  const shared = {
+    path: unknownPath,
+    methodNotAllowed: errorTemplates(errors.methodNotAllowed, []),
+  };
   const routes = new Map<string, RouteTemplates>();
-  for (const [path, route] of table) routes.set(path, routeTemplates(route, errors, sets.setOf));
+  for (const [path, route] of table) {
+    routes.set(path, routeTemplates(route, errors, sets.setOf, shared));
+  }
   const notFound = {
     json: errorTemplates(render("not_found", "json"), [VARY_ACCEPT]),
     markdown: errorTemplates(render("not_found", "markdown"), [VARY_ACCEPT]),
@@ -143,7 +152,7 @@ export function buildServiceTemplates(
     routes,
     // A preflight to an unknown path is granted like any other, so that the page's real request goes
     // on and can read the JSON 404; it has no route fields (Link...) to add.
-    unknownPath: pathTemplates(errors, []),
+    unknownPath,
     notFound: memoize((accept) =>
       notFound[NOT_FOUND_RENDERING[preferredType(accept, NOT_FOUND_TYPES)]]
     ),
@@ -169,15 +178,18 @@ function pathTemplates(errors: PathErrors, fields: readonly HeaderField[]): Path
   };
 }
 
-/** The responses of one known path. */
+/** The responses of one known path; those of a path without fields of its own are `shared`. */
 function routeTemplates(
   route: Route,
   errors: PathErrors,
   setOf: (representation: Representation) => VariantSet,
+  shared: { path: PathTemplates; methodNotAllowed: MethodTemplates },
 ): RouteTemplates {
+  const own = route.fields.length > 0;
   return {
-    ...pathTemplates(errors, route.fields),
-    methodNotAllowed: errorTemplates(errors.methodNotAllowed, route.fields).get,
+    ...(own ? pathTemplates(errors, route.fields) : shared.path),
+    methodNotAllowed:
+      (own ? errorTemplates(errors.methodNotAllowed, route.fields) : shared.methodNotAllowed).get,
     ready: false,
     eager: route.eager,
     async prepare() {

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { buildRepresentation, loadCompression } from "../../lib/http/representation.ts";
 
@@ -71,4 +72,12 @@ Deno.test("buildRepresentation() ETags are the body's SHA-256, the same for the 
   const base64url = btoa(String.fromCharCode(...sha256)).replace(/=+$/, "")
     .replaceAll("+", "-").replaceAll("/", "_");
   assert.equal(etag, `"${base64url}"`);
+});
+
+Deno.test("buildRepresentation()'s identity ETag is the SHA-256 of the body in base64url without padding", async () => {
+  for (const body of [TEXT, "", "\u00ff".repeat(1_000)]) {
+    const rep = await buildRepresentation("text/plain; charset=utf-8", body);
+    const expected = createHash("sha256").update(body, "utf8").digest("base64url");
+    assert.equal(rep.variants.identity.etag, `"${expected}"`);
+  }
 });

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
+import { lazyGlobalsReadBy } from "../_lazy_globals.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const T0 = 1_700_000_000_000;
@@ -335,4 +336,15 @@ Deno.test("property: with high limits, bursts within one millisecond and long ju
     ),
     { numRuns: 300 },
   );
+});
+
+Deno.test("a new MemoryStore and its first decisions read no lazily loaded global (Node's timers): the sweep starts later", () => {
+  let s: MemoryStore | undefined;
+  const read = lazyGlobalsReadBy(() => {
+    s = new MemoryStore(POLICY);
+    s.hit("192.0.2.1", T0);
+    s.peek("192.0.2.1", T0);
+  });
+  s!.close();
+  assert.deepEqual(read, []);
 });

@@ -1,0 +1,34 @@
+/**
+ * A one-shot timer that loads nothing: for what the service schedules before its first response.
+ *
+ * Deno's global `setTimeout` and `setInterval` are Node's (`node:timers`), which the runtime loads
+ * the first time either is read: Node's internal errors, async hooks and timers modules, about 5 ms
+ * of a cold start (README, "Cold start"). `AbortSignal.timeout` runs on the runtime's own timer, so
+ * the warm-up's delay, the memory store's first sweep and the access log's first flush wait with it,
+ * and the first response does not pay for Node's timers.
+ *
+ * @module
+ */
+
+/**
+ * Calls `callback` once, `ms` from now, unless the returned function is called first. Like
+ * `setTimeout`, the pending call keeps the process alive; cancelling releases it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const fired = await new Promise<string>((resolve) => later(1, () => resolve("fired")));
+ * assert.equal(fired, "fired");
+ * let called = false;
+ * const cancel = later(1, () => called = true);
+ * cancel();
+ * await new Promise<void>((resolve) => later(5, resolve));
+ * assert.equal(called, false);
+ * ```
+ */
+export function later(ms: number, callback: () => void): () => void {
+  const signal = AbortSignal.timeout(Math.max(0, Math.ceil(ms)));
+  const listener = () => callback();
+  signal.addEventListener("abort", listener, { once: true });
+  return () => signal.removeEventListener("abort", listener);
+}
