@@ -122,6 +122,13 @@ const KEEP_EVERY = 256;
 /** Keeps allowed at once before the budget must be regained: enough for many callers' common keys. */
 const KEEP_BURST = 512;
 
+/** 2^32: a key's low and high 32 bits are its remainder and quotient by this. */
+const UINT32_SPAN = 2 ** 32;
+/** 2^32 divided by the golden ratio (Fibonacci hashing): the product's top bits spread the keys. */
+const FIBONACCI_MULTIPLIER = 0x9e37_79b1;
+/** An odd constant from MurmurHash3's finaliser, to mix the key's high bits into its low ones. */
+const MIX_MULTIPLIER = 0x85eb_ca6b;
+
 /** Most slots of the table of keys seen once: 2^24 (128 MiB), whatever maxEntries says. */
 const MAX_SEEN_BITS = 24;
 
@@ -237,10 +244,10 @@ class BoundedResponseCache implements ResponseCache {
     const mark = key * TEMPLATE_SPAN + id + 1;
     // Fibonacci hashing of the key's low and high 32 bits and the template's number (the top bits
     // of the product depend on every bit; 2^38 x 2^14 < 2^53 keeps the mark exact).
-    const low = key % 0x1_0000_0000;
-    const high = (key - low) / 0x1_0000_0000;
-    const mixed = low ^ Math.imul(high * TEMPLATE_SPAN + id, 0x85eb_ca6b);
-    const slot = Math.imul(mixed, 0x9e37_79b1) >>> this.#seenShift;
+    const low = key % UINT32_SPAN;
+    const high = (key - low) / UINT32_SPAN;
+    const mixed = low ^ Math.imul(high * TEMPLATE_SPAN + id, MIX_MULTIPLIER);
+    const slot = Math.imul(mixed, FIBONACCI_MULTIPLIER) >>> this.#seenShift;
     const held = this.#seen[slot]!;
     if (held === mark) return false;
     if (held === 0) this.#seenCount++;
