@@ -145,7 +145,24 @@ async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   return hash.toBase64({ alphabet: "base64url", omitPadding: true });
 }
 
-/** Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode. */
+/** Brotli's smallest and largest window, in bits (RFC 7932 section 9.1). */
+const BROTLI_MIN_WINDOW_BITS = 10;
+const BROTLI_MAX_WINDOW_BITS = 24;
+
+/**
+ * The smallest brotli window that holds `length` bytes (a window of w bits holds 2^w - 16): the
+ * encoder's default of 22 bits (4 MiB) allocates far more than a body of the service's needs, and a
+ * larger window than the body finds no more matches.
+ */
+export function brotliWindowBits(length: number): number {
+  const bits = Math.ceil(Math.log2(length + 16));
+  return Math.min(BROTLI_MAX_WINDOW_BITS, Math.max(BROTLI_MIN_WINDOW_BITS, bits));
+}
+
+/**
+ * Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode with a window sized
+ * to the body ({@linkcode brotliWindowBits}).
+ */
 function compress(
   codec: typeof import("node:zlib"),
   bytes: Uint8Array,
@@ -156,6 +173,7 @@ function compress(
   return codec.brotliCompressSync(bytes, {
     params: {
       [constants.BROTLI_PARAM_QUALITY]: constants.BROTLI_MAX_QUALITY,
+      [constants.BROTLI_PARAM_LGWIN]: brotliWindowBits(bytes.length),
       [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
       [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
     },

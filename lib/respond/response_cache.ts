@@ -6,11 +6,13 @@
  * constant status, body and field set. Only the rate-limit fields change between requests, and they
  * take few values (a caller's first request always sees the same ones), so the handler answers from
  * a bounded cache keyed by the response's template and the decision's remaining, reset and allowed.
- * A response is kept the second time its key is seen, not the first: a caller hammering the service
- * under a high limit sees a new `remaining` with every request, and keeping each of those responses
- * built and cloned every one of them and churned the cache (and its bodies) for nothing; a key seen
- * once is only remembered, as a number. The cache starts again when full, so that callers cannot grow
- * memory without limit.
+ * A response is kept the second time its key is seen, not the first, and only while a budget of keeps
+ * allows (maxEntries at first, then one more per {@linkcode KEEP_EVERY} responses): a caller hammering
+ * the service under a high limit sees its `remaining` drift through new values, and keeping them
+ * churned the cache and grew V8's heap for nothing. A response not kept is a clone of the template's
+ * admitted response with the changing fields set, never built from scratch. The keys seen once are
+ * remembered in a fixed typed array, which allocates nothing per request. The cache starts again when
+ * full, so that callers cannot grow memory without limit.
  *
  * @module
  */
@@ -41,6 +43,8 @@ export interface ResponseCacheOptions {
 export interface ResponseCacheStats {
   /** Responses kept now. */
   entries: number;
+  /** Responses kept since the cache was created (each is dropped when the cache starts again). */
+  kept: number;
   /** Requests answered from a kept response. */
   hits: number;
   /** Requests that built their response. */
@@ -103,8 +107,33 @@ const REMAINING_SPAN = 2 ** 20;
 /** Reset values up to 86,400 (the longest window) are below 2^17. */
 const RESET_SPAN = 2 ** 17;
 
-/** Keys remembered as seen once, per response the cache may keep, before they start again. */
+/** Slots of the table of keys seen once, per response the cache may keep. */
 const SEEN_PER_ENTRY = 4;
+
+/**
+ * Responses answered per keep regained once the keep budget (maxEntries) is spent. Many callers
+ * share a few hundred keys, kept once; a hot caller under a high limit sees its `remaining` drift
+ * through new values, and keeping each on its second sight kept and soon dropped thousands of
+ * responses a second: V8, seeing them survive its scavenges, grew its young generation and old
+ * space, and the process's peak RSS rose by about 50 MiB (README, "The hot caller").
+ */
+const KEEP_EVERY = 256;
+
+/** Keeps allowed at once before the budget must be regained: enough for many callers' common keys. */
+const KEEP_BURST = 512;
+
+/** 2^32: a key's low and high 32 bits are its remainder and quotient by this. */
+const UINT32_SPAN = 2 ** 32;
+/** 2^32 divided by the golden ratio (Fibonacci hashing): the product's top bits spread the keys. */
+const FIBONACCI_MULTIPLIER = 0x9e37_79b1;
+/** An odd constant from MurmurHash3's finaliser, to mix the key's high bits into its low ones. */
+const MIX_MULTIPLIER = 0x85eb_ca6b;
+
+/** Most slots of the table of keys seen once: 2^24 (128 MiB), whatever maxEntries says. */
+const MAX_SEEN_BITS = 24;
+
+/** Templates numbered for the table of keys seen once: a key times this plus the number is exact. */
+const TEMPLATE_SPAN = 2 ** 14;
 
 function keyable(value: number, span: number): boolean {
   return Number.isInteger(value) && value >= 0 && value < span;
@@ -120,17 +149,35 @@ function keyOf(decision: Decision): number | undefined {
   return (remaining * RESET_SPAN + resetSeconds) * 2 + (decision.allowed ? 1 : 0);
 }
 
+/** What the cache holds for one template, found with one look-up per request. */
+interface TemplateState {
+  /** The template's number in the table of keys seen once (below {@linkcode TEMPLATE_SPAN}). */
+  readonly id: number;
+  /** Kept responses by key. */
+  kept: Map<number, Response>;
+  /** A response to an admitted request, cloned and re-valued for keys seen once. */
+  admittedBase: Response | undefined;
+  /** The reset value `admittedBase` carries. */
+  baseReset: number;
+}
+
 /** The state of one response cache: what is kept, what was seen once, and the counters. */
 class BoundedResponseCache implements ResponseCache {
   readonly #constants: RateLimitConstants;
   readonly #maxEntries: number;
-  // One map per template, found by identity; each maps a number made of the decision's values.
-  #byTemplate = new Map<ResponseTemplate, Map<number, Response>>();
-  // The keys seen once, per template: kept on the second sight.
-  #seenBy = new Map<ResponseTemplate, Set<number>>();
-  // Per template, a response to an admitted request, cloned and re-valued for keys seen once.
-  readonly #admittedBase = new Map<ResponseTemplate, Response>();
+  readonly #states = new Map<ResponseTemplate, TemplateState>();
+  // Keys seen once, direct-mapped: slot = hash of (key, template), holding key x TEMPLATE_SPAN +
+  // template + 1 (0: empty). A fixed typed array: remembering a key allocates nothing, so a hot
+  // caller's stream of new keys leaves no garbage for V8 to scavenge or promote. A key displaced by
+  // another before its second sight is only built once more.
+  readonly #seen: Float64Array;
+  /** 32 minus the table's bits: a slot is the top bits of a multiplicative hash. */
+  readonly #seenShift: number;
   #entries = 0;
+  #kept = 0;
+  // Keeps allowed now: starts at KEEP_BURST, regains one per KEEP_EVERY responses, up to maxEntries.
+  #keepBudget: number;
+  #answered = 0;
   #seenCount = 0;
   #hits = 0;
   #misses = 0;
@@ -138,89 +185,110 @@ class BoundedResponseCache implements ResponseCache {
   constructor(constants: RateLimitConstants, maxEntries: number) {
     this.#constants = constants;
     this.#maxEntries = maxEntries;
+    this.#keepBudget = Math.min(maxEntries, KEEP_BURST);
+    const bits = Math.min(
+      MAX_SEEN_BITS,
+      Math.floor(Math.log2(Math.max(2, maxEntries * SEEN_PER_ENTRY))),
+    );
+    this.#seen = new Float64Array(2 ** bits);
+    this.#seenShift = 32 - bits;
   }
 
   respond(template: ResponseTemplate, decision: Decision): Response {
     const key = keyOf(decision);
-    if (key === undefined) {
+    const state = key === undefined ? undefined : this.#stateOf(template);
+    if (key === undefined || state === undefined) {
       this.#misses++;
       return buildResponse(template, decision, this.#constants);
     }
-    const cached = this.#byTemplate.get(template)?.get(key);
+    if (++this.#answered % KEEP_EVERY === 0 && this.#keepBudget < this.#maxEntries) {
+      this.#keepBudget++;
+    }
+    const cached = state.kept.get(key);
     if (cached !== undefined) {
       this.#hits++;
       return cached.clone();
     }
     this.#misses++;
-    if (this.#firstSeen(template, key)) return this.#firstSight(template, decision); // nothing kept
-    const response = buildResponse(template, decision, this.#constants);
-    this.#keep(template, key, response);
+    const response = this.#derived(template, state, decision);
+    if (this.#firstSeen(state.id, key) || this.#keepBudget === 0) return response;
+    this.#keepBudget--;
+    // Seen twice: kept. Derived like a first sight, not built: building fifteen fields allocates
+    // enough (validation, byte-string conversions) to grow V8's young generation under a hot caller.
+    this.#keep(state, key, response);
     return response.clone();
   }
 
   stats(): ResponseCacheStats {
     return {
       entries: this.#entries,
+      kept: this.#kept,
       hits: this.#hits,
       misses: this.#misses,
       seen: this.#seenCount,
     };
   }
 
-  /** Whether `key` of `template` is seen for the first time; remembers it if so. */
-  #firstSeen(template: ResponseTemplate, key: number): boolean {
-    let seen = this.#seenBy.get(template);
-    if (seen?.has(key) === true) return false;
-    if (this.#seenCount >= this.#maxEntries * SEEN_PER_ENTRY) {
-      this.#seenBy = new Map();
-      this.#seenCount = 0;
-      seen = undefined;
+  /** The state of `template`, created on its first request; `undefined` past TEMPLATE_SPAN templates. */
+  #stateOf(template: ResponseTemplate): TemplateState | undefined {
+    let state = this.#states.get(template);
+    if (state === undefined && this.#states.size < TEMPLATE_SPAN) {
+      state = { id: this.#states.size, kept: new Map(), admittedBase: undefined, baseReset: -1 };
+      this.#states.set(template, state);
     }
-    if (seen === undefined) {
-      seen = new Set();
-      this.#seenBy.set(template, seen);
-    }
-    seen.add(key);
-    this.#seenCount++;
+    return state;
+  }
+
+  /** Whether `key` of template `id` is seen for the first time (not in its slot); remembers it if so. */
+  #firstSeen(id: number, key: number): boolean {
+    const mark = key * TEMPLATE_SPAN + id + 1;
+    // Fibonacci hashing of the key's low and high 32 bits and the template's number (the top bits
+    // of the product depend on every bit; 2^38 x 2^14 < 2^53 keeps the mark exact).
+    const low = key % UINT32_SPAN;
+    const high = (key - low) / UINT32_SPAN;
+    const mixed = low ^ Math.imul(high * TEMPLATE_SPAN + id, MIX_MULTIPLIER);
+    const slot = Math.imul(mixed, FIBONACCI_MULTIPLIER) >>> this.#seenShift;
+    const held = this.#seen[slot]!;
+    if (held === mark) return false;
+    if (held === 0) this.#seenCount++;
+    this.#seen[slot] = mark;
     return true;
   }
 
-  /** Keeps `response` under `key` of `template`, starting again when full. */
-  #keep(template: ResponseTemplate, key: number, response: Response): void {
+  /** Keeps `response` under `key` of the template of `state`, starting again when full. */
+  #keep(state: TemplateState, key: number, response: Response): void {
     if (this.#entries >= this.#maxEntries) {
-      this.#byTemplate = new Map();
+      for (const other of this.#states.values()) other.kept = new Map();
       this.#entries = 0;
     }
-    let kept = this.#byTemplate.get(template);
-    if (kept === undefined) {
-      kept = new Map();
-      this.#byTemplate.set(template, kept);
-    }
-    kept.set(key, response);
+    state.kept.set(key, response);
     this.#entries++;
+    this.#kept++;
   }
 
   /**
-   * A response for a key seen once: a clone of the template's admitted base with the decision's
+   * A response for a key not kept: a clone of the template's admitted base with the decision's
    * rate-limit values set in place (the fields keep their order), which costs less than building
-   * fifteen fields; built outright for a refusal or the template's first admitted request.
+   * fifteen fields; built outright for a refusal or the template's first admitted request. Only the
+   * fields that differ between admitted decisions are set: policy and limit never do, and the reset
+   * only when it differs from the base's (a hot caller's reset rarely changes between requests).
    */
-  #firstSight(template: ResponseTemplate, decision: Decision): Response {
-    const base = decision.allowed ? this.#admittedBase.get(template) : undefined;
+  #derived(template: ResponseTemplate, state: TemplateState, decision: Decision): Response {
+    const base = decision.allowed ? state.admittedBase : undefined;
     if (base === undefined) {
       const response = buildResponse(template, decision, this.#constants);
       if (!decision.allowed) return response;
-      this.#admittedBase.set(template, response);
+      state.admittedBase = response;
+      state.baseReset = decision.resetSeconds;
       return response.clone();
     }
-    // Only the fields that differ between admitted decisions (policy and limit never do).
     const response = base.clone();
     const headers = response.headers;
     const remaining = String(decision.remaining);
     const reset = String(decision.resetSeconds);
     headers.set("ratelimit", `"default";r=${remaining};t=${reset}`);
     headers.set("ratelimit-remaining", remaining);
-    headers.set("ratelimit-reset", reset);
+    if (decision.resetSeconds !== state.baseReset) headers.set("ratelimit-reset", reset);
     return response;
   }
 }
@@ -242,7 +310,7 @@ const DEFAULT_MAX_ENTRIES = 4096;
  * const response = cache.respond(template, decision); // cloned
  * assert.equal(response.headers.get("ratelimit-remaining"), "59");
  * assert.equal(await response.text(), "{}");
- * assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 2, seen: 1 });
+ * assert.deepEqual(cache.stats(), { entries: 1, kept: 1, hits: 1, misses: 2, seen: 1 });
  * ```
  */
 export function createResponseCache(

@@ -7,7 +7,11 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import { buildRepresentation, loadCompression } from "../../lib/http/representation.ts";
+import {
+  brotliWindowBits,
+  buildRepresentation,
+  loadCompression,
+} from "../../lib/http/representation.ts";
 
 const TEXT = "# Title\n\n" + "Some text that repeats. ".repeat(40);
 
@@ -22,6 +26,36 @@ Deno.test("buildRepresentation() builds br and gzip bodies that decode to the id
   assert.equal(decoder.decode(gunzipSync(rep.variants.gzip!.body)), TEXT);
   assert.equal(decoder.decode(brotliDecompressSync(rep.variants.br!.body)), TEXT);
   assert.ok(rep.variants.br!.body.length < rep.variants.identity.body.length);
+});
+
+/** The window size in bits a brotli stream declares in its first bits (RFC 7932 section 9.1). */
+function declaredWindowBits(stream: Uint8Array): number {
+  const bits = stream[0]! | (stream[1]! << 8);
+  if ((bits & 1) === 0) return 16;
+  const n = (bits >> 1) & 7;
+  if (n !== 0) return 17 + n;
+  const m = (bits >> 4) & 7;
+  return m === 0 ? 17 : 8 + m;
+}
+
+Deno.test("buildRepresentation() compresses br with a window sized to the body, not brotli's 4 MiB default", async () => {
+  // The largest body the service sends (the OpenAPI document) and a small one.
+  const openapi = await Deno.readFile(new URL("../../static/openapi.json", import.meta.url));
+  for (const body of [openapi, new TextEncoder().encode(TEXT)]) {
+    const rep = await buildRepresentation("application/json", body);
+    const br = rep.variants.br!.body;
+    assert.ok(2 ** declaredWindowBits(br) - 16 >= body.length, "the window holds the body");
+    assert.equal(declaredWindowBits(br), brotliWindowBits(body.length));
+    assert.ok(
+      declaredWindowBits(br) < 22,
+      `${declaredWindowBits(br)} bits for ${body.length} bytes`,
+    );
+    assert.deepEqual(new Uint8Array(brotliDecompressSync(br)), body);
+  }
+  assert.equal(brotliWindowBits(0), 10);
+  assert.equal(brotliWindowBits(2 ** 18 - 16), 18);
+  assert.equal(brotliWindowBits(2 ** 18 - 15), 19);
+  assert.equal(brotliWindowBits(2 ** 30), 24);
 });
 
 Deno.test("buildRepresentation() gives each coding its own strong ETag and Content-Encoding", async () => {

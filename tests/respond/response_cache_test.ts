@@ -75,7 +75,7 @@ Deno.test("respond() answers a repeated decision from the cache, with a body rea
   assert.deepEqual(second, first);
   assert.deepEqual(third, first);
   // Built on first sight, built and kept on the second, cloned from then on.
-  assert.deepEqual(cache.stats(), { entries: 1, hits: 1, misses: 2, seen: 1 });
+  assert.deepEqual(cache.stats(), { entries: 1, kept: 1, hits: 1, misses: 2, seen: 1 });
 });
 
 Deno.test("respond() keeps no response for a decision seen once: a hot caller under a high limit churns nothing", async () => {
@@ -95,6 +95,53 @@ Deno.test("respond() keeps no response for a decision seen once: a hot caller un
       await snapshot(buildResponse(OK, decision, CONSTANTS)),
     );
   }
+});
+
+Deno.test("respond() answers a key seen once with its own reset when it differs from the admitted base's", async () => {
+  const cache = createResponseCache(CONSTANTS);
+  for (const [remaining, resetSeconds] of [[50, 60], [49, 60], [48, 59], [47, 60], [46, 1]]) {
+    const decision = { allowed: true, remaining: remaining!, resetSeconds: resetSeconds! };
+    assert.deepEqual(
+      await snapshot(cache.respond(OK, decision)),
+      await snapshot(buildResponse(OK, decision, CONSTANTS)),
+    );
+  }
+  assert.equal(cache.stats().entries, 0);
+});
+
+Deno.test("respond() remembers distinct keys seen once in distinct slots, so that they are kept when they repeat", () => {
+  // 500 of a hot caller's keys (a new remaining each) in the default table of 16,384 slots: a hash
+  // that spread them badly would remember only a few and keep none when they come back.
+  const cache = createResponseCache(CONSTANTS);
+  const decisions = Array.from({ length: 500 }, (_, i) => ({
+    allowed: true,
+    remaining: 999_000 + i,
+    resetSeconds: 1,
+  }));
+  for (const decision of decisions) cache.respond(OK, decision);
+  assert.ok(cache.stats().seen >= 475, `${cache.stats().seen} of 500 keys remembered`);
+  for (const decision of decisions) cache.respond(OK, decision);
+  assert.ok(cache.stats().entries >= 475, `${cache.stats().entries} of 500 repeated keys kept`);
+});
+
+Deno.test("respond() keeps a key that repeats although other keys displaced it from the table of keys seen once", async () => {
+  // 8 slots: 1,000 keys seen once each displace one another, and none is kept.
+  const cache = createResponseCache(CONSTANTS, { maxEntries: 2 });
+  for (let remaining = 1000; remaining > 0; remaining--) {
+    cache.respond(OK, { allowed: true, remaining, resetSeconds: 60 });
+  }
+  assert.equal(cache.stats().entries, 0);
+  assert.ok(cache.stats().seen <= 8);
+  // A key seen twice in a row is kept, then answered from the cache.
+  const decision = { allowed: true, remaining: 0, resetSeconds: 60 };
+  for (let i = 0; i < 3; i++) {
+    assert.deepEqual(
+      await snapshot(cache.respond(OK, decision)),
+      await snapshot(buildResponse(OK, decision, CONSTANTS)),
+    );
+  }
+  assert.equal(cache.stats().entries, 1);
+  assert.equal(cache.stats().hits, 1);
 });
 
 Deno.test("respond() never answers a cached response with another decision's or template's fields", async () => {
@@ -129,17 +176,41 @@ Deno.test("respond() never answers a cached response with another decision's or 
 
 Deno.test("respond() stays within maxEntries: when full it starts again", () => {
   const cache = createResponseCache(CONSTANTS, { maxEntries: 10 });
+  // Each key twice (kept on its second sight), with enough answers between keys (a kept key's hits)
+  // that the keep budget never runs out: only the bound on entries limits what is kept.
+  const kept = { allowed: true, remaining: 1000, resetSeconds: 60 };
   for (let remaining = 0; remaining < 25; remaining++) {
-    // Twice each: a response is kept on its second sight.
     cache.respond(OK, { allowed: true, remaining, resetSeconds: 60 });
     cache.respond(OK, { allowed: true, remaining, resetSeconds: 60 });
+    for (let i = 0; i < 256; i++) cache.respond(OK, kept);
     assert.ok(cache.stats().entries <= 10, `after ${remaining + 1} decisions`);
   }
-  assert.equal(cache.stats().entries, 5);
-  // What was dropped is built again, correctly.
+  assert.ok(cache.stats().entries < 10, "the cache started again when full");
+  // What was dropped is answered again, correctly.
   const again = cache.respond(OK, { allowed: true, remaining: 0, resetSeconds: 60 });
   assert.equal(again.headers.get("ratelimit-remaining"), "0");
-  assert.equal(cache.stats().misses, 51);
+});
+
+Deno.test("respond() keeps at most min(maxEntries, 512) responses plus one per 256 answered: a drifting hot caller keeps few", async () => {
+  const cache = createResponseCache(CONSTANTS, { maxEntries: 16 });
+  // A hot caller's remaining drifting downwards, each value answered twice: every key is seen twice.
+  let answered = 0;
+  for (let remaining = 999_999; remaining > 989_999; remaining--) {
+    const decision = { allowed: true, remaining, resetSeconds: 1 };
+    for (let i = 0; i < 2; i++) {
+      assert.deepEqual(
+        await snapshot(cache.respond(OK, decision)),
+        await snapshot(buildResponse(OK, decision, CONSTANTS)),
+      );
+      answered++;
+    }
+  }
+  const { hits } = cache.stats();
+  // Every kept response was kept on a second sight and never seen again: no hits, and at most the
+  // budget kept (16, then one per 256 answers), not one per key (10,000).
+  assert.equal(hits, 0);
+  const keptAtMost = 16 + Math.floor(answered / 256);
+  assert.ok(cache.stats().kept <= keptAtMost, `${cache.stats().kept} kept, at most ${keptAtMost}`);
 });
 
 Deno.test("respond() does not keep decisions outside the key's exact range, and answers them right", () => {
@@ -155,7 +226,7 @@ Deno.test("respond() does not keep decisions outside the key's exact range, and 
     assert.equal(response.headers.get("ratelimit-remaining"), String(d.remaining));
     assert.equal(response.headers.get("ratelimit-reset"), String(d.resetSeconds));
   }
-  assert.deepEqual(cache.stats(), { entries: 0, hits: 0, misses: cases.length, seen: 0 });
+  assert.deepEqual(cache.stats(), { entries: 0, kept: 0, hits: 0, misses: cases.length, seen: 0 });
 });
 
 Deno.test("buildResponse() without a decision sends the template's fields only", () => {
