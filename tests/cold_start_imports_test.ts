@@ -13,34 +13,53 @@ import assert from "node:assert/strict";
 import { denoInfo } from "./_deno_info.ts";
 import { startService } from "./_service_process.ts";
 
-/** The `node:` and `npm:` specifiers main.ts reaches through static (non-type) imports only. */
-async function staticallyLoadedExternals(): Promise<Set<string>> {
+/**
+ * Every module main.ts reaches through static (non-type) imports only: local ones as their path
+ * from the project's root (`lib/...`), others as their specifier without a version.
+ */
+async function staticallyLoaded(): Promise<Set<string>> {
   const info = await denoInfo();
   const bySpecifier = new Map(info.modules.map((module) => [module.specifier, module]));
-  const externals = new Set<string>();
+  const root = new URL("../", import.meta.url).href;
+  const loaded = new Set<string>();
   const seen = new Set<string>();
   const pending = [...info.roots];
   for (let specifier = pending.pop(); specifier !== undefined; specifier = pending.pop()) {
     if (seen.has(specifier)) continue;
     seen.add(specifier);
     if (!specifier.startsWith("file:")) {
-      externals.add(specifier.replace(/@[^@/]+$/, ""));
+      loaded.add(specifier.replace(/@[^@/]+$/, ""));
       continue;
     }
+    loaded.add(specifier.replace(root, ""));
     for (const dependency of bySpecifier.get(specifier)?.dependencies ?? []) {
       if (!dependency.isDynamic && dependency.code !== undefined) {
         pending.push(dependency.code.specifier);
       }
     }
   }
-  return externals;
+  return loaded;
 }
 
 Deno.test("main.ts loads no node: module and no npm package before its first response", async () => {
-  const external = [...await staticallyLoadedExternals()].filter((name) =>
+  const external = [...await staticallyLoaded()].filter((name) =>
     name.startsWith("node:") || name.startsWith("npm:")
   );
   assert.deepEqual(external, []);
+});
+
+Deno.test("main.ts loads none of the shared stores' modules before its first response (the default store is in memory)", async () => {
+  const loaded = await staticallyLoaded();
+  assert.ok(loaded.has("lib/limit/memory.ts"), "the graph is read as paths from the root");
+  const shared = [
+    "lib/limit/guard.ts",
+    "lib/limit/circuit_breaker.ts",
+    "lib/limit/kv.ts",
+    "lib/limit/redis.ts",
+    "lib/limit/sync.ts",
+    "lib/limit/local_first.ts",
+  ].filter((path) => loaded.has(path));
+  assert.deepEqual(shared, []);
 });
 
 /** How long a test waits for the warm-up (0.5 s after start-up) to load node:zlib. */

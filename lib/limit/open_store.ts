@@ -3,14 +3,14 @@
  * either wrapped in the failure policy (`exact`) or decided locally and synced in batches
  * (`local-first`, `local_first.ts` over a backend of `sync.ts`).
  *
- * The shared stores are imported only when chosen, so a service on the memory store loads neither
- * the Redis client nor needs `--unstable-kv`.
+ * The shared stores and the failure policy are imported only when chosen, so a service on the memory
+ * store loads neither them nor the Redis client, nor needs `--unstable-kv`.
  *
  * @module
  */
 
 import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.ts";
-import { GuardedStore, type StoreFailurePolicy, type StoreIncident } from "./guard.ts";
+import type { StoreFailurePolicy, StoreIncident } from "./guard.ts";
 import type { SyncBackend, SyncIncident } from "./local_first.ts";
 import { MemoryStore } from "./memory.ts";
 
@@ -89,6 +89,8 @@ export async function openRateLimitStore(
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     });
   }
+  // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
+  const { GuardedStore } = await import("./guard.ts");
   return new GuardedStore(store, {
     policy,
     timeoutMs: config.rateLimitStoreTimeoutMs,
