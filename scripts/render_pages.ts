@@ -9,14 +9,23 @@
  * @module
  */
 
-import { filledPages, PAGE_FILES, pageSources, STATIC_FILES } from "../lib/pages/content.ts";
+import {
+  apiReferenceOf,
+  filledPages,
+  PAGE_FILES,
+  pageSources,
+  STATIC_FILES,
+} from "../lib/pages/content.ts";
 import { markdownRenderer } from "../lib/pages/markdown.ts";
 import {
+  markdownTemplateOf,
+  type Prerendered,
   type PrerenderedPage,
   SENTINEL_MARK,
   SENTINELS,
   sourceDigest,
   templateOf,
+  type TemplatePart,
 } from "../lib/pages/prerender.ts";
 
 /** Where the service finds the templates (beside the module that imports them). */
@@ -41,12 +50,25 @@ export async function prerenderedJson(dir: URL = STATIC): Promise<string> {
   const filled = filledPages(raw, { ...SENTINELS });
   const pages: Record<string, PrerenderedPage> = {};
   for (const file of PAGE_FILES) {
-    const parts = templateOf(markdownRenderer()(filled[file]));
-    const stray = parts.find((part) => typeof part === "string" && part.includes(SENTINEL_MARK));
-    if (stray !== undefined) throw new Error(`static/${file}: a value cannot be placed: ${stray}`);
+    const parts = placed(templateOf(markdownRenderer()(filled[file])), `static/${file}`);
     pages[file] = { digest: await sourceDigest(pageSources(file, raw)), parts };
   }
-  return `${JSON.stringify({ comment: COMMENT, pages }, null, 2)}\n`;
+  const apiReference = {
+    digest: await sourceDigest([raw["openapi.json"]!]),
+    parts: placed(
+      markdownTemplateOf(apiReferenceOf(raw, { ...SENTINELS })),
+      "the API reference of static/openapi.json",
+    ),
+  };
+  const prerendered: Prerendered & { comment: string } = { comment: COMMENT, pages, apiReference };
+  return `${JSON.stringify(prerendered, null, 2)}\n`;
+}
+
+/** `parts`, after checking that no sentinel is left outside a slot (in a form no value can fill). */
+function placed(parts: TemplatePart[], what: string): TemplatePart[] {
+  const stray = parts.find((part) => typeof part === "string" && part.includes(SENTINEL_MARK));
+  if (stray !== undefined) throw new Error(`${what}: a value cannot be placed: ${stray}`);
+  return parts;
 }
 
 if (import.meta.main) {

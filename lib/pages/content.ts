@@ -21,7 +21,7 @@
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
-import { fillTemplate, type PrerenderedPages, sourceDigest } from "./prerender.ts";
+import { fillTemplate, type Prerendered, sourceDigest } from "./prerender.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = staticDir(import.meta.dirname);
@@ -228,13 +228,14 @@ export function loadContent(
     "index.md": pageSources("index.md", raw),
     "developers.md": pageSources("developers.md", raw),
     "deprecation-policy.md": pageSources("deprecation-policy.md", raw),
+    "openapi.json": raw["openapi.json"],
   };
   const pages = pageRenderer(sources, values);
   const page = pageBuilder(
     config,
     site,
     pages.render,
-    () => apiReferenceMarkdown(openapiDocument),
+    () => pages.apiReference() ?? apiReferenceMarkdown(openapiDocument),
   );
   const content: Content = {
     platformJson: platformJson(config),
@@ -373,7 +374,7 @@ export function filledPages(
     if (filled.error !== undefined || filled.text === undefined) throw new Error(filled.error);
     return filled;
   };
-  const reference = apiReferenceMarkdown(text("openapi.json").json);
+  const reference = apiReferenceOf(raw, values);
   const page = (file: PageFile) => text(file).text!.replaceAll(API_REFERENCE_MARK, reference);
   return {
     "index.md": page("index.md"),
@@ -382,25 +383,44 @@ export function filledPages(
   };
 }
 
+/**
+ * The API reference generated from `openapi.json` filled with `values`.
+ *
+ * @throws Error when openapi.json is missing, not JSON or has an unknown placeholder
+ */
+export function apiReferenceOf(
+  raw: Readonly<Record<string, string>>,
+  values: Record<string, string>,
+): string {
+  const filled = fillStaticFile("openapi.json", raw["openapi.json"] ?? "", values);
+  if (filled.error !== undefined) throw new Error(filled.error);
+  return apiReferenceMarkdown(filled.json);
+}
+
 /** Renders a page's content: its prerendered HTML when it applies, else its Markdown by `marked`. */
 type RenderPage = (file: PageFile, markdown: () => string) => string;
 
 /**
  * The pages' renderer. `prepare` imports the prerendered pages (`prerendered.json`) and keeps each
  * page's HTML filled with `values` when its sources' digest matches and every value is plain
- * (`prerender.ts`); only when a page is left over does it import `marked` (README, "Cold start").
- * `render` throws until `prepare` has resolved.
+ * (`prerender.ts`), and the API reference's Markdown likewise; only when a page is left over does
+ * it import `marked` (README, "Cold start"). `render` throws until `prepare` has resolved;
+ * `apiReference` is `undefined` until then, or when the reference must be generated.
  */
 function pageRenderer(
-  sources: Readonly<Record<PageFile, string[]>>,
+  sources: Readonly<Record<PageFile, string[]> & { "openapi.json": string }>,
   values: Readonly<Record<string, string>>,
-): { prepare: () => Promise<void>; render: RenderPage } {
+): { prepare: () => Promise<void>; render: RenderPage; apiReference: () => string | undefined } {
   const prerendered = new Map<PageFile, string>();
+  let apiReference: string | undefined;
   let renderer: ((markdown: string) => string) | undefined;
   let loading: Promise<void> | undefined;
   const load = async () => {
     const { default: generated } = await import("./prerendered.json", { with: { type: "json" } });
-    const pages = (generated as unknown as { pages?: PrerenderedPages }).pages ?? {};
+    const { pages = {}, apiReference: reference } = generated as unknown as Partial<Prerendered>;
+    if (reference?.digest === await sourceDigest([sources["openapi.json"]])) {
+      apiReference = fillTemplate(reference.parts, values);
+    }
     for (const file of PAGE_FILES) {
       const page = pages[file];
       if (page === undefined || page.digest !== await sourceDigest(sources[file])) continue;
@@ -413,6 +433,7 @@ function pageRenderer(
   };
   return {
     prepare: () => loading ??= load(),
+    apiReference: () => apiReference,
     render: (file, markdown) => {
       const html = prerendered.get(file);
       if (html !== undefined) return html;

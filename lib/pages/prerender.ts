@@ -20,8 +20,11 @@
 
 import { escapeHtml } from "./layout.ts";
 
-/** Where a placeholder's value goes in a template: page text (escaped) or a heading's `id` (slug). */
-export type Slot = readonly [placeholder: string, as: "text" | "slug"];
+/**
+ * Where a placeholder's value goes in a template: HTML text (escaped), a heading's `id` (its slug)
+ * or Markdown (as it is).
+ */
+export type Slot = readonly [placeholder: string, as: "text" | "slug" | "markdown"];
 
 /** One part of a template: literal HTML or a slot. */
 export type TemplatePart = string | Slot;
@@ -36,6 +39,14 @@ export interface PrerenderedPage {
 
 /** The prerendered pages, by the name of their file in `static/`. */
 export type PrerenderedPages = Readonly<Record<string, PrerenderedPage>>;
+
+/** What `deno task render` writes to `prerendered.json`. */
+export interface Prerendered {
+  /** The pages' content HTML. */
+  pages: PrerenderedPages;
+  /** The API reference's Markdown (`digest` of `openapi.json` alone). */
+  apiReference: PrerenderedPage;
+}
 
 const WORD = "[A-Za-z0-9]+";
 /** Words separated by single spaces: the product name (its slug is the words, lowercased). */
@@ -132,7 +143,7 @@ export function fillTemplate(
     const [placeholder, as] = part;
     const value = values[placeholder];
     if (value === undefined || !isPlain(placeholder, value)) return undefined;
-    html += as === "slug" ? slugOf(value) : escapeHtml(value);
+    html += as === "slug" ? slugOf(value) : as === "text" ? escapeHtml(value) : value;
   }
   const ids = [...html.matchAll(HEADING_ID)].map((match) => match[1]);
   return new Set(ids).size === ids.length ? html : undefined;
@@ -163,8 +174,7 @@ export function templateOf(html: string): TemplatePart[] {
     byForm.set(escapeHtml(sentinel), [placeholder, "text"]);
     if (/^[a-z]+$/.test(sentinel)) byForm.set(`id:${sentinel}`, [placeholder, "slug"]);
   }
-  const names = Object.values(SENTINELS).sort((a, b) => b.length - a.length)
-    .map((s) => s.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&"));
+  const names = Object.values(SENTINELS).sort((a, b) => b.length - a.length).map(escapeRegExp);
   const pattern = new RegExp(`(?<=<h[1-6] id="[^"]*)(${names.join("|")})|${names.join("|")}`, "g");
   const parts: TemplatePart[] = [];
   let last = 0;
@@ -176,6 +186,28 @@ export function templateOf(html: string): TemplatePart[] {
   }
   parts.push(html.slice(last));
   return parts.filter((part) => part !== "");
+}
+
+/**
+ * The template of Markdown generated with {@linkcode SENTINELS} as values: every sentinel becomes
+ * a slot for the value as it is.
+ */
+export function markdownTemplateOf(markdown: string): TemplatePart[] {
+  const names = Object.keys(SENTINELS).sort((a, b) => SENTINELS[b]!.length - SENTINELS[a]!.length);
+  const pattern = new RegExp(names.map((name) => escapeRegExp(SENTINELS[name]!)).join("|"), "g");
+  const parts: TemplatePart[] = [];
+  let last = 0;
+  for (const match of markdown.matchAll(pattern)) {
+    const placeholder = names.find((name) => SENTINELS[name] === match[0])!;
+    parts.push(markdown.slice(last, match.index), [placeholder, "markdown"]);
+    last = match.index + match[0].length;
+  }
+  parts.push(markdown.slice(last));
+  return parts.filter((part) => part !== "");
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 }
 
 /** Any sentinel's distinctive mark, to check that a template holds none outside its slots. */

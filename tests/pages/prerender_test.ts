@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
 import {
+  apiReferenceOf,
   filledPages,
   loadContent,
   PAGE_FILES,
@@ -26,7 +27,7 @@ import {
   fillTemplate,
   isPlain,
   PLAIN,
-  type PrerenderedPages,
+  type Prerendered,
   SENTINELS,
 } from "../../lib/pages/prerender.ts";
 import { OUTPUT, prerenderedJson } from "../../scripts/render_pages.ts";
@@ -37,7 +38,8 @@ const RAW: Record<string, string> = Object.fromEntries(
 );
 
 /** The committed templates. */
-const PAGES: PrerenderedPages = JSON.parse(Deno.readTextFileSync(OUTPUT)).pages;
+const PRERENDERED: Prerendered = JSON.parse(Deno.readTextFileSync(OUTPUT));
+const PAGES = PRERENDERED.pages;
 
 function config(env: Parameters<typeof recordEnv>[0]): Config {
   const result = loadConfig(recordEnv(env));
@@ -68,7 +70,7 @@ function plainValue(placeholder: string): fc.Arbitrary<string> {
   );
 }
 
-Deno.test("a template filled with plain values is marked's rendering of the Markdown filled with them", () => {
+Deno.test("a template filled with plain values is marked's rendering of the Markdown filled with them, and the API reference's the generated one", () => {
   const values = fc.record(
     Object.fromEntries(Object.keys(SENTINELS).map((name) => [name, plainValue(name)])),
   );
@@ -76,6 +78,8 @@ Deno.test("a template filled with plain values is marked's rendering of the Mark
   fc.assert(
     fc.property(values, (drawn) => {
       const filled = filledPages(RAW, drawn);
+      const reference = fillTemplate(PRERENDERED.apiReference.parts, drawn);
+      assert.equal(reference, apiReferenceOf(RAW, drawn), "the API reference");
       for (const file of PAGE_FILES) {
         const html = fillTemplate(PAGES[file]!.parts, drawn);
         assert.ok(html !== undefined, `${file}: a plain value was refused`);
@@ -131,6 +135,7 @@ for (const { env, prerendered } of ODD_CONFIGURATIONS) {
     const values = placeholders(
       config({ PUBLIC_BASE_URL: "https://discovery.example.com", ...env }),
     );
+    const filled = filledPages(RAW, values);
     for (
       const [file, page] of [
         ["index.md", content.home],
@@ -139,6 +144,7 @@ for (const { env, prerendered } of ODD_CONFIGURATIONS) {
       ] as const
     ) {
       const html = page.html;
+      assert.equal(page.markdown, filled[file], file);
       assert.equal(page.meta.title, pageTitle(titleOf(page.markdown), values.name!), file);
       assert.equal(page.meta.description, summaryOf(page.markdown) ?? values.description, file);
       assert.equal(html, renderPage(render(page.markdown), page.meta, content.site), file);
