@@ -22,7 +22,7 @@
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
-import { fillTemplate, type Prerendered, sourceDigest } from "./prerender.ts";
+import type { Prerendered } from "./prerender.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = staticDir(import.meta.dirname);
@@ -423,7 +423,11 @@ function pageRenderer(
   let renderer: ((markdown: string) => string) | undefined;
   let loading: Promise<void> | undefined;
   const load = async () => {
-    const { default: generated } = await import("./prerendered.json", { with: { type: "json" } });
+    // Imported here, not statically: a first response that is no page loads neither.
+    const [{ default: generated }, { fillTemplate, sourceDigest }] = await Promise.all([
+      import("./prerendered.json", { with: { type: "json" } }),
+      import("./prerender.ts"),
+    ]);
     const { pages = {}, apiReference: reference } = generated as unknown as Partial<Prerendered>;
     if (reference?.digest === await sourceDigest([sources["openapi.json"]])) {
       apiReference = fillTemplate(reference.parts, values);
