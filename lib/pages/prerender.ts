@@ -82,8 +82,8 @@ export const SENTINELS: Readonly<Record<string, string>> = {
 };
 
 /**
- * The values a template may be filled with, by placeholder: the rest are rendered by `marked`.
- * `www.` in a sentence would autolink, so it is excluded apart ({@linkcode isPlain}).
+ * The values a template may be filled with, by placeholder: the rest are rendered by `marked`. (A
+ * sentence holds a `.` only at its end, so never a `www.` that marked would autolink.)
  */
 export const PLAIN: Readonly<Record<string, RegExp>> = {
   base_url: new RegExp(`^${BASE_URL}$`),
@@ -114,8 +114,7 @@ export const PLAIN: Readonly<Record<string, RegExp>> = {
  */
 export function isPlain(placeholder: string, value: string): boolean {
   const pattern = PLAIN[placeholder];
-  return pattern !== undefined && pattern.test(value) &&
-    !/www\./i.test(value.replace(/^\S+:\/\//, ""));
+  return pattern !== undefined && pattern.test(value);
 }
 
 /** The GitHub slug of plain words (github-slugger lowercases, then turns spaces into hyphens). */
@@ -149,7 +148,7 @@ export function fillTemplate(
   return new Set(ids).size === ids.length ? html : undefined;
 }
 
-/** Separates the sources in a digest's input (it occurs in none of them). */
+/** Separates the sources in a digest's input (the files are text: they hold no NUL). */
 const SOURCE_SEPARATOR = "\u0000";
 
 /**

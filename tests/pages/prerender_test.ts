@@ -109,6 +109,13 @@ const ODD_CONFIGURATIONS: ReadonlyArray<
     },
     prerendered: PAGE_FILES,
   },
+  {
+    env: {
+      PUBLIC_BASE_URL: "https://www.acme-legal.example",
+      PRODUCT_DESCRIPTION: "Legal data; see www.",
+    },
+    prerendered: PAGE_FILES,
+  },
   { env: { PUBLIC_BASE_URL: "https://x.example/a&b" }, prerendered: [] },
   { env: { PUBLIC_BASE_URL: 'https://x.example/it\'s/"q"' }, prerendered: [] },
   { env: { PUBLIC_BASE_URL: "http://[::1]:8080/p_q" }, prerendered: [] },
