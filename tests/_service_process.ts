@@ -16,6 +16,11 @@ export interface StartOptions {
   descriptorLimit?: number;
   /** A module Deno runs before main.ts (`--preload`), such as a probe. */
   preload?: string;
+  /**
+   * A copy of the project to run instead (its `main.ts`), with this configuration file, without a
+   * lock file: for tests that edit `static/` or map an import elsewhere.
+   */
+  copy?: { root: string; config: string };
 }
 
 /** A running service process. */
@@ -52,13 +57,14 @@ export async function startService(
       ...prefix,
       "run",
       "--config",
-      CONFIG,
+      options.copy?.config ?? CONFIG,
+      ...(options.copy === undefined ? [] : ["--no-lock"]),
       "--allow-net",
       "--allow-read",
       "--allow-write",
       "--allow-env",
       ...(options.preload === undefined ? [] : ["--preload", options.preload]),
-      MAIN,
+      options.copy === undefined ? MAIN : `${options.copy.root}/main.ts`,
       "--listen",
     ],
     env: {

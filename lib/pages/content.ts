@@ -1,5 +1,5 @@
 /**
- * The service's content, read from `static/` and rendered once at start-up.
+ * The service's content, read from `static/` at start-up and rendered when first needed.
  *
  * The operator edits Markdown (and `openapi.json`, `llms.txt`); `{{placeholder}}`s in them are filled
  * from the configuration, and HTML is rendered from the same Markdown, so the two representations of a
@@ -8,10 +8,13 @@
  * error, not a broken page.
  *
  * Files are read, filled and parsed at start-up (`openapi.json` is filled as text, each value
- * escaped as a JSON string's content, then parsed and minified); the API reference and each page's
- * HTML are built the first time they are read (`Page` properties are getters that build once), and
- * `marked` is imported by `prepareMarkdown()`, so that none of them delays the first response
- * (README, "Cold start").
+ * escaped as a JSON string's content, then parsed; it is minified when first sent); each page's
+ * HTML and the API reference are built the first time they are read (`Page` properties are getters
+ * that build once).
+ * A page's HTML comes from its template rendered at build time (`deno task render`, `prerender.ts`)
+ * when its sources are those it was rendered from and the configuration's values are plain; only
+ * otherwise is `marked` imported, by `prepareMarkdown()`, and the page rendered from its filled
+ * Markdown. None of it delays the first response (README, "Cold start").
  *
  * @module
  */
@@ -19,6 +22,7 @@
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
+import type { Prerendered } from "./prerender.ts";
 
 /** The folder holding the operator's content, found next to the code (works in a compiled binary). */
 export const STATIC_DIR: string = staticDir(import.meta.dirname);
@@ -202,8 +206,11 @@ function unreadableDirMessage(dir: string, error: Error): string {
     : `static/ (${dir}) is not readable by this user: give the service's user read access to that folder`;
 }
 
-/** The files of {@linkcode STATIC_FILES}, read and filled, by name. */
+/** The files of {@linkcode STATIC_FILES}, by name. */
 type StaticTexts = Record<typeof STATIC_FILES[number], string>;
+
+/** The files filled, but `openapi.json`: it is kept parsed, and minified when first read. */
+type FilledTexts = Omit<StaticTexts, "openapi.json">;
 
 /**
  * Reads, fills and renders everything under `dir`.
@@ -216,35 +223,47 @@ export function loadContent(
 ): ContentResult {
   const dir = options.dir ?? STATIC_DIR;
   const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
-  const loaded = readStaticFiles(dir, read, placeholders(config));
+  const values = placeholders(config);
+  const loaded = readStaticFiles(dir, read, values);
   if (!loaded.ok) return loaded;
-  const { files, openapiDocument } = loaded;
+  const { files, raw, openapiDocument } = loaded;
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
-  const markdown = lazyMarkdownRenderer();
+  const sources = {
+    "index.md": pageSources("index.md", raw),
+    "developers.md": pageSources("developers.md", raw),
+    "deprecation-policy.md": pageSources("deprecation-policy.md", raw),
+    "openapi.json": raw["openapi.json"],
+  };
+  const pages = pageRenderer(sources, values);
+  let openapi: string | undefined;
   const page = pageBuilder(
     config,
     site,
-    markdown.render,
-    () => apiReferenceMarkdown(openapiDocument),
+    pages.render,
+    () => pages.apiReference() ?? apiReferenceMarkdown(openapiDocument),
   );
   const content: Content = {
     platformJson: platformJson(config),
     platformMarkdown: files["platform.md"],
-    home: page(files["index.md"], "/", "/"),
-    developers: page(files["developers.md"], "/developers", "/developers"),
+    home: page("index.md", files["index.md"], "/", "/"),
+    developers: page("developers.md", files["developers.md"], "/developers", "/developers"),
     deprecationPolicy: page(
+      "deprecation-policy.md",
       files["deprecation-policy.md"],
       "/developers/deprecation-policy",
       "/developers/deprecation-policy.md",
     ),
-    openapi: files["openapi.json"],
+    // Minified when first sent, not at start-up (0.7 ms of loadContent's 3-5: README, "Cold start").
+    get openapi() {
+      return openapi ??= JSON.stringify(openapiDocument);
+    },
     llms: files["llms.txt"],
     robots: files["robots.txt"],
     stylesheet: files["style.css"],
     icon: files["favicon.svg"],
     apiCatalog: apiCatalogJson(config.baseUrl),
     site,
-    prepareMarkdown: markdown.prepare,
+    prepareMarkdown: pages.prepare,
   };
   return { ok: true, content };
 }
@@ -258,9 +277,12 @@ function readStaticFiles(
   dir: string,
   read: (path: string) => string,
   values: Record<string, string>,
-): { ok: true; files: StaticTexts; openapiDocument: unknown } | { ok: false; errors: string[] } {
+):
+  | { ok: true; files: FilledTexts; raw: StaticTexts; openapiDocument: unknown }
+  | { ok: false; errors: string[] } {
   const errors: string[] = [];
-  const files: Partial<StaticTexts> = {};
+  const files: Partial<FilledTexts> = {};
+  const sources: Partial<StaticTexts> = {};
   let openapiDocument: unknown;
   const order = [
     "openapi.json",
@@ -280,13 +302,14 @@ function readStaticFiles(
       errors.push(`static/${name} could not be read: ${messageOf(error)}`);
       continue;
     }
+    sources[name] = raw;
     const filled = fillStaticFile(name, raw, values);
     if (filled.error !== undefined) errors.push(filled.error);
-    if (filled.text !== undefined) files[name] = filled.text;
+    if (filled.text !== undefined && name !== "openapi.json") files[name] = filled.text;
     if (name === "openapi.json") openapiDocument = filled.json;
   }
   if (errors.length > 0) return { ok: false, errors };
-  return { ok: true, files: files as StaticTexts, openapiDocument };
+  return { ok: true, files: files as FilledTexts, raw: sources as StaticTexts, openapiDocument };
 }
 
 /** One static file filled as its kind requires: JSON value by value, text by text, CSS and SVG as is. */
@@ -296,7 +319,7 @@ function fillStaticFile(
   values: Record<string, string>,
 ): { text?: string; json?: unknown; error?: string } {
   if (name.endsWith(".json")) {
-    // Filled as text, each value escaped for a JSON string; then parsed, and sent minified.
+    // Filled as text, each value escaped for a JSON string; then parsed (minified when first sent).
     const filled = fill(raw, jsonStringValues(values));
     let json: unknown;
     try {
@@ -304,10 +327,9 @@ function fillStaticFile(
     } catch (error) {
       return { error: `static/${name} is not valid JSON: ${messageOf(error)}` };
     }
-    const text = JSON.stringify(json);
     return filled.unknown.length > 0
-      ? { text, json, error: unknownMessage(name, filled.unknown) }
-      : { text, json };
+      ? { json, error: unknownMessage(name, filled.unknown) }
+      : { json };
   }
   if (name.endsWith(".css") || name.endsWith(".svg")) return { text: raw };
   // platform.md is served as it is, not as a page: it has no API reference.
@@ -324,58 +346,177 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** The pages' files in `static/`. */
+export const PAGE_FILES = ["index.md", "developers.md", "deprecation-policy.md"] as const;
+
+/** A page's file in `static/`. */
+export type PageFile = typeof PAGE_FILES[number];
+
+/** `{{api_reference}}`, as {@linkcode fill} finds it. */
+const API_REFERENCE_PLACEHOLDER = /\{\{\s*api_reference\s*\}\}/;
+
 /**
- * The Markdown renderer, imported when `prepare` is first called (not at start-up: README, "Cold
- * start"); `render` throws until it has resolved.
+ * The Markdown sources a page is rendered from, as read from `static/`: its file, then
+ * `openapi.json` when it holds the API reference. Their digest keys its prerendered HTML.
  */
-function lazyMarkdownRenderer(): {
-  prepare: () => Promise<void>;
-  render: (markdown: string) => string;
-} {
+export function pageSources(file: PageFile, raw: Readonly<Record<string, string>>): string[] {
+  const page = raw[file] ?? "";
+  return API_REFERENCE_PLACEHOLDER.test(page) ? [page, raw["openapi.json"] ?? ""] : [page];
+}
+
+/**
+ * Each page's Markdown filled with `values`, `{{api_reference}}` generated from `openapi.json`
+ * filled with them too: what `deno task render` renders (with sentinels as values).
+ *
+ * @throws Error when a file is missing, openapi.json is not JSON or a placeholder is unknown
+ */
+export function filledPages(
+  raw: Readonly<Record<string, string>>,
+  values: Record<string, string>,
+): Record<PageFile, string> {
+  const text = (name: typeof STATIC_FILES[number]) => {
+    const source = raw[name];
+    if (source === undefined) throw new Error(`static/${name} is missing`);
+    const filled = fillStaticFile(name, source, values);
+    if (filled.error !== undefined || filled.text === undefined) throw new Error(filled.error);
+    return filled;
+  };
+  const reference = apiReferenceOf(raw, values);
+  const page = (file: PageFile) => text(file).text!.replaceAll(API_REFERENCE_MARK, reference);
+  return {
+    "index.md": page("index.md"),
+    "developers.md": page("developers.md"),
+    "deprecation-policy.md": page("deprecation-policy.md"),
+  };
+}
+
+/**
+ * The API reference generated from `openapi.json` filled with `values`.
+ *
+ * @throws Error when openapi.json is missing, not JSON or has an unknown placeholder
+ */
+export function apiReferenceOf(
+  raw: Readonly<Record<string, string>>,
+  values: Record<string, string>,
+): string {
+  const filled = fillStaticFile("openapi.json", raw["openapi.json"] ?? "", values);
+  if (filled.error !== undefined) throw new Error(filled.error);
+  return apiReferenceMarkdown(filled.json);
+}
+
+/** Renders a page's content: its prerendered HTML when it applies, else its Markdown by `marked`. */
+type RenderPage = (file: PageFile, markdown: () => string) => string;
+
+/**
+ * The pages' renderer. `prepare` imports the prerendered pages (`prerendered.json`) and keeps each
+ * page's HTML filled with `values` when its sources' digest matches and every value is plain
+ * (`prerender.ts`), and the API reference's Markdown likewise; only when a page is left over does
+ * it import `marked` (README, "Cold start"). `render` throws until `prepare` has resolved;
+ * `apiReference` is `undefined` until then, or when the reference must be generated.
+ */
+function pageRenderer(
+  sources: Readonly<Record<PageFile, string[]> & { "openapi.json": string }>,
+  values: Readonly<Record<string, string>>,
+): { prepare: () => Promise<void>; render: RenderPage; apiReference: () => string | undefined } {
+  const prerendered = new Map<PageFile, string>();
+  let apiReference: string | undefined;
   let renderer: ((markdown: string) => string) | undefined;
   let loading: Promise<void> | undefined;
+  const load = async () => {
+    // Imported here, not statically: a first response that is no page loads neither.
+    const [{ default: generated }, { fillTemplate, sourceDigest }] = await Promise.all([
+      import("./prerendered.json", { with: { type: "json" } }),
+      import("./prerender.ts"),
+    ]);
+    const { pages = {}, apiReference: reference } = generated as unknown as Partial<Prerendered>;
+    if (reference?.digest === await sourceDigest([sources["openapi.json"]])) {
+      apiReference = fillTemplate(reference.parts, values);
+    }
+    for (const file of PAGE_FILES) {
+      const page = pages[file];
+      if (page === undefined || page.digest !== await sourceDigest(sources[file])) continue;
+      const html = fillTemplate(page.parts, values);
+      if (html !== undefined) prerendered.set(file, html);
+    }
+    if (prerendered.size < PAGE_FILES.length) {
+      renderer = (await import("./markdown.ts")).markdownRenderer();
+    }
+  };
   return {
-    prepare: () =>
-      loading ??= import("./markdown.ts").then((module) => {
-        renderer = module.markdownRenderer();
-      }),
-    render: (markdown) => {
+    prepare: () => loading ??= load(),
+    apiReference: () => apiReference,
+    render: (file, markdown) => {
+      const html = prerendered.get(file);
+      if (html !== undefined) return html;
       if (renderer === undefined) {
-        throw new Error(
-          "a page was built before the Markdown renderer was loaded (prepareMarkdown)",
-        );
+        throw new Error("a page was built before its renderer was loaded (prepareMarkdown)");
       }
-      return renderer(markdown);
+      return renderer(markdown());
     },
   };
 }
 
 /**
+ * The Markdown before `{{api_reference}}`'s mark, cut after its last blank line: the blocks in it
+ * read the same once the reference is generated, so a title and summary found there are the page's.
+ */
+function blocksBeforeReference(text: string): string | undefined {
+  const cut = text.indexOf(API_REFERENCE_MARK);
+  if (cut < 0) return text;
+  const blocks = text.slice(0, cut).split(/\n\s*\n/);
+  blocks.pop();
+  return blocks.length > 0 ? blocks.join("\n\n") : undefined;
+}
+
+/**
  * Builds a page from its filled Markdown: its `{{api_reference}}` mark replaced by the reference
- * (generated once, when the first page using it is read), its metadata, and its HTML in the layout.
+ * (generated once, when the first page using it needs its Markdown), its metadata, and its HTML in
+ * the layout. A prerendered page needs neither the reference nor `marked` for its HTML.
  */
 function pageBuilder(
   config: Config,
   site: Site,
-  render: (markdown: string) => string,
+  render: RenderPage,
   buildApiReference: () => string,
-): (text: string, path: string, markdownPath: string) => Page {
+): (file: PageFile, text: string, path: string, markdownPath: string) => Page {
   let apiReference: string | undefined;
   const withReference = (markdown: string) =>
     markdown.includes(API_REFERENCE_MARK)
       ? markdown.replaceAll(API_REFERENCE_MARK, apiReference ??= buildApiReference())
       : markdown;
-  return (text, path, markdownPath) =>
-    lazyPage(() => {
-      const markdown = withReference(text);
-      const meta: PageMeta = {
+  return (file, text, path, markdownPath) => {
+    const markdown = memo(() => withReference(text));
+    const meta = memo((): PageMeta => {
+      const head = blocksBeforeReference(text);
+      const title = head === undefined ? undefined : titleOf(head);
+      const summary = head === undefined ? undefined : summaryOf(head);
+      const whole = title === undefined || summary === undefined ? markdown() : undefined;
+      return {
         path,
-        title: pageTitle(titleOf(markdown), config.name),
-        description: summaryOf(markdown) ?? config.description,
+        title: pageTitle(whole === undefined ? title : titleOf(whole), config.name),
+        description: (whole === undefined ? summary : summaryOf(whole)) ?? config.description,
         markdownUrl: config.baseUrl + markdownPath,
       };
-      return { meta, markdown, html: () => renderPage(render(markdown), meta, site) };
     });
+    const html = memo(() => renderPage(render(file, markdown), meta(), site));
+    return {
+      get meta() {
+        return meta();
+      },
+      get markdown() {
+        return markdown();
+      },
+      get html() {
+        return html();
+      },
+    };
+  };
+}
+
+/** `build()` on the first call, its value ever after. */
+function memo<T>(build: () => T): () => T {
+  let built: { value: T } | undefined;
+  return () => (built ??= { value: build() }).value;
 }
 
 /** The Platform document (spec section 3) of a configuration. */
@@ -408,24 +549,6 @@ function apiCatalogJson(base: string): string {
       },
     ],
   });
-}
-
-/** A {@linkcode Page} whose Markdown and metadata are built on first read, and its HTML after them. */
-function lazyPage(build: () => { meta: PageMeta; markdown: string; html: () => string }): Page {
-  let built: ReturnType<typeof build> | undefined;
-  let html: string | undefined;
-  const get = () => built ??= build();
-  return {
-    get meta() {
-      return get().meta;
-    },
-    get markdown() {
-      return get().markdown;
-    },
-    get html() {
-      return html ??= get().html();
-    },
-  };
 }
 
 function unknownMessage(file: string, names: string[]): string {

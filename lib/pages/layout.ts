@@ -2,8 +2,9 @@
  * The HTML page layout shared by every page: header with the product name, navigation, main content and
  * a footer with support and the machine-readable alternates.
  *
- * Pages are rendered once at start-up. The layout loads only the service's own stylesheet, and carries
- * no script, inline style or `style` attribute, so the strict Content-Security-Policy holds. The links
+ * Each page is wrapped once, when first built. The layout loads only the service's own stylesheet,
+ * and carries no script, inline style or `style` attribute, so the strict Content-Security-Policy
+ * holds. The links
  * of a page (Markdown alternate, OpenAPI description) are built once by {@linkcode pageLinks} and used
  * both for `<link>` elements and for the `Link` response header, so the two cannot disagree.
  *

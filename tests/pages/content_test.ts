@@ -179,12 +179,12 @@ Deno.test("loadContent() puts the generated API reference where {{api_reference}
   assert.equal(developers.html, result.content.developers.html);
 });
 
-Deno.test("loadContent() loads marked only when asked: a page's HTML cannot be read before prepareMarkdown()", async () => {
+Deno.test("loadContent() loads the pages' renderer only when asked: a page's HTML cannot be read before prepareMarkdown()", async () => {
   const result = loadContent(config());
   assert.ok(result.ok);
   const { home } = result.content;
   assert.match(home.markdown, /^# /m);
-  assert.throws(() => home.html, /before the Markdown renderer was loaded/);
+  assert.throws(() => home.html, /before its renderer was loaded/);
   await result.content.prepareMarkdown();
   assert.match(home.html, /<!doctype html>/i);
 });
