@@ -30,7 +30,7 @@ import {
   type Prerendered,
   SENTINELS,
 } from "../../lib/pages/prerender.ts";
-import { OUTPUT, prerenderedJson } from "../../scripts/render_pages.ts";
+import { OUTPUT, prerenderedJson } from "../../lib/pages/render_pages.ts";
 
 /** The shipped static files, by name. */
 const RAW: Record<string, string> = Object.fromEntries(

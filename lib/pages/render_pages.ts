@@ -9,14 +9,8 @@
  * @module
  */
 
-import {
-  apiReferenceOf,
-  filledPages,
-  PAGE_FILES,
-  pageSources,
-  STATIC_FILES,
-} from "../lib/pages/content.ts";
-import { markdownRenderer } from "../lib/pages/markdown.ts";
+import { apiReferenceOf, filledPages, PAGE_FILES, pageSources, STATIC_FILES } from "./content.ts";
+import { markdownRenderer } from "./markdown.ts";
 import {
   markdownTemplateOf,
   type Prerendered,
@@ -26,13 +20,13 @@ import {
   sourceDigest,
   templateOf,
   type TemplatePart,
-} from "../lib/pages/prerender.ts";
+} from "./prerender.ts";
 
 /** Where the service finds the templates (beside the module that imports them). */
-export const OUTPUT = new URL("../lib/pages/prerendered.json", import.meta.url);
+export const OUTPUT = new URL("./prerendered.json", import.meta.url);
 
 /** The folder of the shipped pages. */
-const STATIC = new URL("../static/", import.meta.url);
+const STATIC = new URL("../../static/", import.meta.url);
 
 /** What the generated file says about itself. */
 const COMMENT =
