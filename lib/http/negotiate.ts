@@ -47,13 +47,18 @@ const PLAIN_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+$/;
 const PLAIN_CODINGS = /^\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*(,\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*)*$/;
 
 /**
- * Loads negotiator (once; later calls return the same promise). The warm-up calls it after the
- * service listens; a request that {@linkcode needsNegotiator} awaits it.
+ * Loads negotiator (once; later calls return the same promise): the first request that
+ * {@linkcode needsNegotiator} awaits it. The warm-up does not load it (`warm_up.ts`).
  */
 export function loadNegotiator(): Promise<void> {
   return loading ??= import("negotiator").then((module) => {
     negotiatorClass = module.default as unknown as NegotiatorClass;
   });
+}
+
+/** Whether {@linkcode loadNegotiator} has resolved (negotiator, and Node compatibility with it, loaded). */
+export function negotiatorLoaded(): boolean {
+  return negotiatorClass !== undefined;
 }
 
 /**
