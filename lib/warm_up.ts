@@ -74,7 +74,11 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
   // Not setTimeout: its first use loads Node's timers, which the first response would wait for.
   later(options.delayMs ?? WARM_UP_DELAY_MS, () => {
     started = performance.now();
-    enableCompression();
-    void prepare().then(next);
+    // Enabled once every route is built, so that their bodies are compressed one step at a time:
+    // each compressor holds megabytes while it runs, and routes are prepared all at once.
+    void prepare().then(() => {
+      enableCompression();
+      return next();
+    });
   });
 }

@@ -111,11 +111,12 @@ export async function buildRepresentation(
   let br: Variant | undefined;
   let gzip: Variant | undefined;
   let compressing: Promise<void> | undefined;
+  // One coding after the other: each compressor holds megabytes while it runs.
   const compress = () =>
-    compressing ??= Promise.all([coded("br"), coded("gzip")]).then(([brVariant, gzipVariant]) => {
-      br = brVariant;
-      gzip = gzipVariant;
-    });
+    compressing ??= (async () => {
+      br = await coded("br");
+      gzip = await coded("gzip");
+    })();
   const startIfEnabled = () => {
     if (compressionOn && compressing === undefined) compress().catch(() => compressing = undefined);
   };
