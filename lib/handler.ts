@@ -15,7 +15,7 @@
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
 import { isCorsPreflight, pathOf } from "./http/message.ts";
-import { loadNegotiator, needsNegotiator } from "./http/negotiate.ts";
+import { loadNegotiator, NegotiatorNotLoadedError } from "./http/negotiate.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
 import {
   type Decision,
@@ -112,8 +112,19 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   );
   const onError = options.onError;
 
-  const answer = (request: Request, route: RouteTemplates | undefined, decision: Decision) =>
-    cache.respond(choose(request, route, decision), decision);
+  const answer = (
+    request: Request,
+    route: RouteTemplates | undefined,
+    decision: Decision,
+  ): Response | Promise<Response> => {
+    try {
+      return cache.respond(choose(request, route, decision), decision);
+    } catch (error) {
+      // An unusual Accept or Accept-Encoding waits for negotiator (once per process), same decision.
+      if (!(error instanceof NegotiatorNotLoadedError)) throw error;
+      return loadNegotiator().then(() => cache.respond(choose(request, route, decision), decision));
+    }
+  };
 
   const handle = (
     request: Request,
@@ -125,10 +136,6 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     // A page's first request waits for the Markdown renderer to load (once per process).
     if (route !== undefined && !route.ready) {
       return route.prepare().then(() => handle(request, key, started, path));
-    }
-    // Until negotiator has loaded (the warm-up loads it), an unusual Accept or Accept-Encoding waits.
-    if (needsNegotiator(request.headers)) {
-      return loadNegotiator().then(() => handle(request, key, started, path));
     }
     if (isCorsPreflight(request.method, request.headers)) {
       const preflight = (route ?? templates.unknownPath).preflight;
