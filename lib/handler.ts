@@ -112,19 +112,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   );
   const onError = options.onError;
 
-  const answer = (
-    request: Request,
-    route: RouteTemplates | undefined,
-    decision: Decision,
-  ): Response | Promise<Response> => {
-    try {
-      return cache.respond(choose(request, route, decision), decision);
-    } catch (error) {
-      // An unusual Accept or Accept-Encoding waits for negotiator (once per process), same decision.
-      if (!(error instanceof NegotiatorNotLoadedError)) throw error;
-      return loadNegotiator().then(() => cache.respond(choose(request, route, decision), decision));
-    }
-  };
+  const answer = answerWith(cache, choose);
 
   const handle = (
     request: Request,
@@ -177,6 +165,28 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     return result;
   };
   return withReady(handler, templates);
+}
+
+/**
+ * The response to a decided request. An unusual `Accept` or `Accept-Encoding` first waits for
+ * negotiator (loaded once per process), then is chosen again with the same decision.
+ */
+function answerWith(
+  cache: ResponseCache,
+  choose: Chooser,
+): (
+  request: Request,
+  route: RouteTemplates | undefined,
+  decision: Decision,
+) => Response | Promise<Response> {
+  return (request, route, decision) => {
+    try {
+      return cache.respond(choose(request, route, decision), decision);
+    } catch (error) {
+      if (!(error instanceof NegotiatorNotLoadedError)) throw error;
+      return loadNegotiator().then(() => cache.respond(choose(request, route, decision), decision));
+    }
+  };
 }
 
 /** `handler` with `ready`, which builds the eager routes when first read (see {@linkcode ServiceHandler}). */
