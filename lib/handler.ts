@@ -15,7 +15,7 @@
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
 import { isCorsPreflight, pathOf } from "./http/message.ts";
-import { loadNegotiator, needsNegotiator } from "./http/negotiate.ts";
+import { loadNegotiator, NegotiatorNotLoadedError } from "./http/negotiate.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
 import {
   type Decision,
@@ -112,8 +112,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   );
   const onError = options.onError;
 
-  const answer = (request: Request, route: RouteTemplates | undefined, decision: Decision) =>
-    cache.respond(choose(request, route, decision), decision);
+  const answer = answerWith(cache, choose);
 
   const handle = (
     request: Request,
@@ -125,10 +124,6 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     // A page's first request waits for the Markdown renderer to load (once per process).
     if (route !== undefined && !route.ready) {
       return route.prepare().then(() => handle(request, key, started, path));
-    }
-    // Until negotiator has loaded (the warm-up loads it), an unusual Accept or Accept-Encoding waits.
-    if (needsNegotiator(request.headers)) {
-      return loadNegotiator().then(() => handle(request, key, started, path));
     }
     if (isCorsPreflight(request.method, request.headers)) {
       const preflight = (route ?? templates.unknownPath).preflight;
@@ -170,6 +165,28 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     return result;
   };
   return withReady(handler, templates);
+}
+
+/**
+ * The response to a decided request. An unusual `Accept` or `Accept-Encoding` first waits for
+ * negotiator (loaded once per process), then is chosen again with the same decision.
+ */
+function answerWith(
+  cache: ResponseCache,
+  choose: Chooser,
+): (
+  request: Request,
+  route: RouteTemplates | undefined,
+  decision: Decision,
+) => Response | Promise<Response> {
+  return (request, route, decision) => {
+    try {
+      return cache.respond(choose(request, route, decision), decision);
+    } catch (error) {
+      if (!(error instanceof NegotiatorNotLoadedError)) throw error;
+      return loadNegotiator().then(() => cache.respond(choose(request, route, decision), decision));
+    }
+  };
 }
 
 /** `handler` with `ready`, which builds the eager routes when first read (see {@linkcode ServiceHandler}). */

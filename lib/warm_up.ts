@@ -1,14 +1,18 @@
 /**
- * The warm-up: after start-up, import `node:zlib` and build every representation and compressed
+ * The warm-up: after start-up, enable compression and build every representation and compressed
  * variant in the background, so that no later request waits for one. Until a representation is built
- * (and without a warm-up) the first request that needs it builds it; until `node:zlib` has loaded, a
- * request for br or gzip gets the identity variant.
+ * (and without a warm-up) the first request that needs it builds it; until its compressed variants
+ * are built, a request for br or gzip gets the identity variant.
+ *
+ * It does not load `npm:negotiator`: the common `Accept` and `Accept-Encoding` values are answered
+ * without it, and loading it (a CommonJS package, so Node compatibility with it) for the rare request
+ * that needs it would keep megabytes resident in every process that never sees one (README, "The hot
+ * caller"). Such a request loads it itself (`handler.ts`).
  *
  * @module
  */
 
-import { loadNegotiator } from "./http/negotiate.ts";
-import { loadCompression, type Representation } from "./http/representation.ts";
+import { enableCompression } from "./http/representation.ts";
 import type { Route } from "./routes.ts";
 import { later } from "./timer.ts";
 
@@ -16,8 +20,8 @@ import { later } from "./timer.ts";
 export interface WarmUpOptions {
   /**
    * How long after start-up the warm-up begins, in ms (default {@linkcode WARM_UP_DELAY_MS}). Each
-   * step runs on the event loop (brotli has no off-thread form in Deno): a request arriving during a
-   * step waits for it, so the steps wait until the first requests of a cold start are answered.
+   * step runs on the event loop: a request arriving during a step waits for it, so the steps wait
+   * until the first requests of a cold start are answered.
    */
   delayMs?: number;
   /** Called once every variant is built, with how many were built and the ms it took in all. */
@@ -36,22 +40,21 @@ export const WARM_UP_DELAY_MS = 500;
  * that requests arriving meanwhile are answered between steps, starting `options.delayMs` from now.
  */
 export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
-  const steps: Array<() => void> = [];
+  const steps: Array<() => void | Promise<void>> = [];
   let variants = 0;
-  const compress = (representation: Representation, encoding: "br" | "gzip") => () => {
-    void representation.variants[encoding];
-    variants++;
-  };
   for (const route of routes) {
     steps.push(() => {
       for (const representation of route.representations()) {
         variants++;
-        steps.push(compress(representation, "br"), compress(representation, "gzip"));
+        steps.push(async () => {
+          await representation.compress();
+          variants += 2;
+        });
       }
     });
   }
   let started = 0;
-  const next = () => {
+  const next = async () => {
     if (options.signal?.aborted) return;
     const step = steps.shift();
     if (step === undefined) {
@@ -59,24 +62,23 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
       return;
     }
     try {
-      step();
+      await step();
     } catch (error) {
       options.onError?.(error);
     }
     setTimeout(next, 0);
   };
-  // Compression needs node:zlib, pages the Markdown renderer, negotiation negotiator, and every
-  // route its representations (ETags from Web Crypto): load and build them first (a failure is
-  // reported by the step that needs it, or by the request that needs negotiator).
-  const prepare = () =>
-    Promise.all([
-      loadNegotiator().catch(() => {}),
-      loadCompression().catch(() => {}),
-      ...[...routes].map((route) => route.prepare().catch(() => {})),
-    ]);
+  // Pages need the Markdown renderer and every route its representations (ETags from Web Crypto):
+  // build them first (a failure is reported by the step that needs the route).
+  const prepare = () => Promise.all([...routes].map((route) => route.prepare().catch(() => {})));
   // Not setTimeout: its first use loads Node's timers, which the first response would wait for.
   later(options.delayMs ?? WARM_UP_DELAY_MS, () => {
     started = performance.now();
-    void prepare().then(next);
+    // Enabled once every route is built, so that their bodies are compressed one step at a time:
+    // each compressor holds megabytes while it runs, and routes are prepared all at once.
+    void prepare().then(() => {
+      enableCompression();
+      return next();
+    });
   });
 }

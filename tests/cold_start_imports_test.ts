@@ -4,7 +4,7 @@
  * listening or when first needed). Node compatibility and npm packages cost most of a cold start
  * (README, "Cold start"), so no `node:` module and no npm package may be in the static graph. And a
  * fresh process answers a request that needs what it has not loaded yet as it would later, except
- * that until the warm-up has loaded `node:zlib` it answers br and gzip requests in identity.
+ * that until the warm-up has compressed its bodies it answers br and gzip requests in identity.
  *
  * @module
  */
@@ -62,7 +62,7 @@ Deno.test("main.ts loads none of the shared stores' modules before its first res
   assert.deepEqual(shared, []);
 });
 
-/** How long a test waits for the warm-up (0.5 s after start-up) to load node:zlib. */
+/** How long a test waits for the warm-up (0.5 s after start-up) to compress the bodies. */
 const WARM_UP_WAIT_MS = 10_000;
 
 /** Reports each first use of a lazily loaded global, and the first response (`--preload`). */
@@ -106,7 +106,7 @@ Deno.test("a fresh service reads no lazily loaded global (Node's timers, atob, b
   }
 });
 
-Deno.test("a fresh service answers br requests in identity until the warm-up has loaded node:zlib, then in br", async () => {
+Deno.test("a fresh service answers br requests in identity until the warm-up has compressed its bodies, then in br", async () => {
   const service = await startService({});
   try {
     const get = async () => {
@@ -159,7 +159,7 @@ Deno.test("a fresh service's first request with weighted Accept fields waits for
     await response.body?.cancel();
     assert.equal(response.status, 200);
     assert.match(response.headers.get("content-type") ?? "", /^text\/markdown/);
-    // node:zlib is not loaded yet (the warm-up loads it 0.5 s after start-up): no coding.
+    // Nothing is compressed yet (the warm-up begins 0.5 s after start-up): no coding.
     assert.equal(response.headers.get("content-encoding"), null);
   } finally {
     await service.stop();

@@ -12,12 +12,12 @@ import { loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { linkHeader, pageLinks, renderPage } from "../lib/pages/layout.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { loadCompression } from "../lib/http/representation.ts";
+import { enableCompression } from "../lib/http/representation.ts";
 
-// Compressed variants exist once node:zlib has loaded: the service's warm-up loads it 0.5 s after
-// start-up; these tests assert codings, so they load it first (cold_start_imports_test.ts tests
-// the identity answers before it).
-await loadCompression();
+// Compressed variants are built once compression is enabled: the service's warm-up enables it 0.5 s
+// after start-up; these tests assert codings, so they enable it first (cold_start_imports_test.ts
+// tests the identity answers before it).
+enableCompression();
 
 const BASE = "https://portal.example";
 const INFO = { remoteAddr: { transport: "tcp", hostname: "192.0.2.1", port: 4000 } } as const;

@@ -17,7 +17,7 @@ import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import LinkHeader from "http-link-header";
 import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
-import { loadCompression } from "../lib/http/representation.ts";
+import { enableCompression } from "../lib/http/representation.ts";
 import {
   type EnvRecord,
   EXPOSED_FIELDS,
@@ -31,10 +31,10 @@ import {
   type TestServer,
 } from "./_server.ts";
 
-// Compressed variants exist once node:zlib has loaded: the service's warm-up loads it 0.5 s after
-// start-up; these tests assert codings, so they load it first (cold_start_imports_test.ts tests
-// the identity answers before it).
-await loadCompression();
+// Compressed variants are built once compression is enabled: the service's warm-up enables it 0.5 s
+// after start-up; these tests assert codings, so they enable it first (cold_start_imports_test.ts
+// tests the identity answers before it).
+enableCompression();
 
 // ---------------------------------------------------------------------------------------------------
 // Fixtures

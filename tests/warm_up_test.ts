@@ -10,6 +10,10 @@ import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
 import type { Route } from "../lib/routes.ts";
 import { warmUp } from "../lib/warm_up.ts";
+import { loadConfig, recordEnv } from "../lib/config.ts";
+import { negotiatorLoaded } from "../lib/http/negotiate.ts";
+import { loadContent } from "../lib/pages/content.ts";
+import { buildRoutes } from "../lib/routes.ts";
 import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 
 const BODY = "x".repeat(2_000);
@@ -73,4 +77,24 @@ Deno.test("warmUp() waits for its delay without reading a lazily loaded global (
   const read = lazyGlobalsReadBy(() => warmUp([], { delayMs: 5, signal: stop.signal }));
   stop.abort();
   assert.deepEqual(read, []);
+});
+
+// negotiator is CommonJS: loading it brings Node compatibility, megabytes resident for the life of a
+// process that may never see an Accept value it is needed for (README, "The hot caller").
+Deno.test("warmUp() over the service's routes compresses every representation without loading negotiator", async () => {
+  const loaded = loadConfig(recordEnv({}));
+  assert.ok(loaded.ok);
+  const content = loadContent(loaded.config);
+  assert.ok(content.ok);
+  const routes = [...buildRoutes(loaded.config, content.content).values()];
+  const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  warmUp(routes, { delayMs: 0, onDone: resolve, onError: (error) => assert.fail(String(error)) });
+  const report = await promise;
+  const representations = routes.flatMap((route) => route.representations());
+  assert.equal(report.variants, representations.length * 3);
+  for (const representation of representations) {
+    assert.ok(representation.variants.br !== undefined, representation.type);
+    assert.ok(representation.variants.gzip !== undefined, representation.type);
+  }
+  assert.equal(negotiatorLoaded(), false);
 });

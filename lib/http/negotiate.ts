@@ -9,9 +9,10 @@
  *
  * `npm:negotiator` is imported dynamically ({@linkcode loadNegotiator}): loading it (and the Node
  * compatibility it needs) before the first response would double a cold start (README, "Cold
- * start"). The common header values are answered without it, with the same result (a property test
- * compares the two); a request with any other value waits for the import
- * ({@linkcode needsNegotiator}).
+ * start"), and keeping it resident costs megabytes in a process that never needs it. The common
+ * header values are answered without it, with the same result (a property test compares the two);
+ * any other value throws {@linkcode NegotiatorNotLoadedError} until it is loaded, and the request
+ * waits for the import.
  *
  * @module
  */
@@ -47,8 +48,8 @@ const PLAIN_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+$/;
 const PLAIN_CODINGS = /^\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*(,\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*)*$/;
 
 /**
- * Loads negotiator (once; later calls return the same promise). The warm-up calls it after the
- * service listens; a request that {@linkcode needsNegotiator} awaits it.
+ * Loads negotiator (once; later calls return the same promise): the first request whose negotiation
+ * throws {@linkcode NegotiatorNotLoadedError} awaits it. The warm-up does not load it (`warm_up.ts`).
  */
 export function loadNegotiator(): Promise<void> {
   return loading ??= import("negotiator").then((module) => {
@@ -56,15 +57,23 @@ export function loadNegotiator(): Promise<void> {
   });
 }
 
+/** Whether {@linkcode loadNegotiator} has resolved (negotiator, and Node compatibility with it, loaded). */
+export function negotiatorLoaded(): boolean {
+  return negotiatorClass !== undefined;
+}
+
 /**
- * Whether answering a request with these header fields needs negotiator while it is not loaded yet:
- * false once it is loaded, and for the common values answered without it (no `Accept`, `*\/*` or one
- * media type without parameters; no `Accept-Encoding` or a list of codings without weights).
+ * Thrown by {@linkcode preferredType} and {@linkcode preferredEncoding} for a header value that needs
+ * negotiator while it is not loaded: the caller awaits {@linkcode loadNegotiator} and asks again.
+ * Nothing is read from a request to find out beforehand, so the common values cost no more than
+ * their memoised answer.
  */
-export function needsNegotiator(headers: Pick<Headers, "get">): boolean {
-  if (negotiatorClass !== undefined) return false;
-  return !isCommonAccept(headers.get("accept")) ||
-    !isCommonAcceptEncoding(headers.get("accept-encoding"));
+export class NegotiatorNotLoadedError extends Error {
+  /** Creates the error. */
+  constructor() {
+    super("negotiator is not loaded: await loadNegotiator() first");
+    this.name = "NegotiatorNotLoadedError";
+  }
 }
 
 /** Whether {@linkcode preferredType} answers this `Accept` without negotiator. */
@@ -78,9 +87,7 @@ export function isCommonAcceptEncoding(acceptEncoding: string | null): boolean {
 }
 
 function negotiator(headers: Record<string, string>): NegotiatorInstance {
-  if (negotiatorClass === undefined) {
-    throw new Error("negotiator is not loaded: await loadNegotiator() first");
-  }
+  if (negotiatorClass === undefined) throw new NegotiatorNotLoadedError();
   return new negotiatorClass({ headers });
 }
 

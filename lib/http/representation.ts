@@ -4,33 +4,31 @@
  *
  * Every 200 body of the service is known when it starts, so compression and hashing happen here,
  * never on the hot path: the identity body and its ETag (SHA-256 from Web Crypto, asynchronous) when
- * the representation is built, each compressed body the first time it is read after `node:zlib` has
- * loaded ({@linkcode loadCompression}, which the warm-up calls after the service listens). No `node:`
- * module is imported statically: Node compatibility would delay the first response (README, "Cold
- * start").
+ * the representation is built, the compressed bodies (the web's `CompressionStream`, asynchronous)
+ * once compression is enabled ({@linkcode enableCompression}, which the warm-up calls after the
+ * service listens). No `node:` module is imported, statically or dynamically: Node compatibility
+ * would delay the first response (README, "Cold start") and add to the process's resident memory
+ * (README, "The hot caller").
  *
  * @module
  */
 
 import type { Encoding } from "./negotiate.ts";
 
-/** `node:zlib`, once {@linkcode loadCompression} has imported it. */
-let zlib: typeof import("node:zlib") | undefined;
-let zlibLoading: Promise<void> | undefined;
+let compressionOn = false;
 
 /**
- * Imports `node:zlib` (once): until it resolves, no representation has a br or gzip variant and
- * requests that ask for one get the identity variant.
+ * Enables compression: representations built from now on are built with their br and gzip variants,
+ * and those built before get theirs on first read, in the background ({@linkcode compressVariants}
+ * builds them at once). Until then requests that ask for a coding get the identity variant.
  */
-export function loadCompression(): Promise<void> {
-  return zlibLoading ??= import("node:zlib").then((module) => {
-    zlib = module;
-  });
+export function enableCompression(): void {
+  compressionOn = true;
 }
 
-/** Whether {@linkcode loadCompression} has resolved. */
-export function compressionLoaded(): boolean {
-  return zlib !== undefined;
+/** Whether {@linkcode enableCompression} has been called. */
+export function compressionEnabled(): boolean {
+  return compressionOn;
 }
 
 /** One encoded body and the fields that describe it. */
@@ -50,13 +48,18 @@ export interface Representation {
   /** The media type with parameters, as in `Content-Type`. */
   type: string;
   /**
-   * The variant per coding: identity always; br and gzip `undefined` until `node:zlib` has loaded
-   * ({@linkcode loadCompression}), then compressed on first read and kept. A coding that does not
-   * make the body smaller shares the identity variant.
+   * The variant per coding: identity always; br and gzip `undefined` until they are compressed
+   * ({@linkcode Representation.compress}), then kept. A coding that does not make the body smaller
+   * shares the identity variant.
    */
   variants: Readonly<Record<Exclude<Encoding, "identity">, Variant | undefined>> & {
     readonly identity: Variant;
   };
+  /**
+   * Compresses the br and gzip variants, once (later calls return the same promise); the warm-up
+   * awaits it. Reading `variants.br` or `variants.gzip` once compression is enabled starts it too.
+   */
+  compress(): Promise<void>;
 }
 
 /** Options of {@linkcode buildRepresentation}. */
@@ -73,17 +76,18 @@ const ENCODER = new TextEncoder();
  * Builds a representation: identity, gzip and br bodies, their ETags and header fields.
  *
  * The identity variant is built at once (its ETag is a SHA-256 digest of the bytes, hence the
- * promise); gzip and br are compressed the first time they are read once `node:zlib` has loaded
- * (`variants.br` is a getter that compresses once and then keeps the variant): compressing every
- * representation at start-up would delay the first response by hundreds of milliseconds (README,
- * "Cold start"). A compressed variant's ETag is the identity ETag with the coding appended: its bytes
- * are a function of the identity bytes (fixed settings below), so it changes with them. Reading a
- * variant is never cheaper than the first time it was read; callers on the hot path keep the result.
+ * promise). Once compression is enabled ({@linkcode enableCompression}) the br and gzip variants are
+ * compressed before the promise resolves; a representation built before that gets them from
+ * `compress()`, which the warm-up awaits, or in the background from the first read of
+ * `variants.br` or `variants.gzip` (that read still gets `undefined`): compressing at start-up would
+ * delay the first response (README, "Cold start"). A compressed variant's ETag is the identity ETag
+ * with the coding appended: its bytes are a function of the identity bytes (the runtime's fixed
+ * settings, {@linkcode compressBytes}), so it changes with them.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * await loadCompression();
+ * enableCompression();
  * const json = await buildRepresentation("application/json", '{"a":1}');
  * // 7 bytes do not compress: the gzip variant is the identity one.
  * assert.equal(json.variants.gzip?.etag, json.variants.identity.etag);
@@ -97,10 +101,49 @@ export async function buildRepresentation(
   const identityBytes: Uint8Array<ArrayBuffer> = typeof body === "string"
     ? ENCODER.encode(body)
     : new Uint8Array(body);
+  const variantOf = variantBuilder(type, await digest(identityBytes), options);
+  const identity = variantOf(identityBytes, "identity");
+  // A coding that does not make the body smaller shares the identity variant.
+  const coded = async (encoding: "br" | "gzip"): Promise<Variant> => {
+    const encoded = await compressBytes(identityBytes, encoding);
+    return encoded.length < identityBytes.length ? variantOf(encoded, encoding) : identity;
+  };
+  let br: Variant | undefined;
+  let gzip: Variant | undefined;
+  let compressing: Promise<void> | undefined;
+  // One coding after the other: each compressor holds megabytes while it runs.
+  const compress = () =>
+    compressing ??= (async () => {
+      br = await coded("br");
+      gzip = await coded("gzip");
+    })();
+  const startIfEnabled = () => {
+    if (compressionOn && compressing === undefined) compress().catch(() => compressing = undefined);
+  };
+  const variants: Representation["variants"] = {
+    identity,
+    get br() {
+      if (br === undefined) startIfEnabled();
+      return br;
+    },
+    get gzip() {
+      if (gzip === undefined) startIfEnabled();
+      return gzip;
+    },
+  };
+  if (compressionOn) await compress();
+  return { type, variants, compress };
+}
+
+/** The builder of a representation's variants: each coding's bytes, ETag and header fields. */
+function variantBuilder(
+  type: string,
+  identityTag: string,
+  options: RepresentationOptions,
+): (bytes: Uint8Array<ArrayBuffer>, encoding: Encoding) => Variant {
   const extra = options.headers ?? [];
   const cacheControl = options.cacheControl ?? "no-cache";
-  const identityTag = await digest(identityBytes);
-  const variantOf = (bytes: Uint8Array<ArrayBuffer>, encoding: Encoding): Variant => {
+  return (bytes, encoding) => {
     const etag = encoding === "identity" ? `"${identityTag}"` : `"${identityTag}-${encoding}"`;
     const common: Array<readonly [string, string]> = [
       ["etag", etag],
@@ -118,24 +161,6 @@ export async function buildRepresentation(
       notModifiedHeaders: common,
     };
   };
-  const identity = variantOf(identityBytes, "identity");
-  // A coding that does not make the body smaller shares the identity variant.
-  const coded = (codec: typeof import("node:zlib"), encoding: "br" | "gzip"): Variant => {
-    const encoded = new Uint8Array(compress(codec, identityBytes, encoding));
-    return encoded.length < identityBytes.length ? variantOf(encoded, encoding) : identity;
-  };
-  let br: Variant | undefined;
-  let gzip: Variant | undefined;
-  const variants: Representation["variants"] = {
-    identity,
-    get br() {
-      return br ??= zlib && coded(zlib, "br");
-    },
-    get gzip() {
-      return gzip ??= zlib && coded(zlib, "gzip");
-    },
-  };
-  return { type, variants };
 }
 
 /** The SHA-256 digest of `bytes` (Web Crypto), in base64url without padding. */
@@ -145,37 +170,28 @@ async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   return hash.toBase64({ alphabet: "base64url", omitPadding: true });
 }
 
-/** Brotli's smallest and largest window, in bits (RFC 7932 section 9.1). */
-const BROTLI_MIN_WINDOW_BITS = 10;
-const BROTLI_MAX_WINDOW_BITS = 24;
+/** `CompressionStream`'s name of each content coding the service sends. */
+const STREAM_FORMATS = { br: "brotli", gzip: "gzip" } as const;
 
 /**
- * The smallest brotli window that holds `length` bytes (a window of w bits holds 2^w - 16): the
- * encoder's default of 22 bits (4 MiB) allocates far more than a body of the service's needs, and a
- * larger window than the body finds no more matches.
+ * Compresses `bytes` with the runtime's `CompressionStream` (brotli and gzip, Deno's own settings):
+ * no Node compatibility layer to load and keep resident, and no step long enough to hold up the
+ * requests that arrive meanwhile (README, "Compression").
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const text = new TextEncoder().encode("compress me ".repeat(100));
+ * const br = await compressBytes(text, "br");
+ * assert.ok(br.length < text.length);
+ * ```
  */
-export function brotliWindowBits(length: number): number {
-  const bits = Math.ceil(Math.log2(length + 16));
-  return Math.min(BROTLI_MAX_WINDOW_BITS, Math.max(BROTLI_MIN_WINDOW_BITS, bits));
-}
-
-/**
- * Compresses `bytes` with the service's settings: gzip 9, brotli 11 in text mode with a window sized
- * to the body ({@linkcode brotliWindowBits}).
- */
-function compress(
-  codec: typeof import("node:zlib"),
-  bytes: Uint8Array,
+export async function compressBytes(
+  bytes: Uint8Array<ArrayBuffer>,
   encoding: "br" | "gzip",
-): Uint8Array {
-  if (encoding === "gzip") return codec.gzipSync(bytes, { level: 9 });
-  const { constants } = codec;
-  return codec.brotliCompressSync(bytes, {
-    params: {
-      [constants.BROTLI_PARAM_QUALITY]: constants.BROTLI_MAX_QUALITY,
-      [constants.BROTLI_PARAM_LGWIN]: brotliWindowBits(bytes.length),
-      [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
-      [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
-    },
-  });
+): Promise<Uint8Array<ArrayBuffer>> {
+  // Deno 2.9 accepts "brotli"; TypeScript's lib knows only the formats every browser has.
+  const format = STREAM_FORMATS[encoding] as CompressionFormat;
+  const stream = new Blob([bytes]).stream().pipeThrough(new CompressionStream(format));
+  return await new Response(stream).bytes();
 }

@@ -2,8 +2,8 @@
  * The responses of one representation in one content coding (a variant): 200, HEAD's 200 and 304.
  *
  * A variant's templates are built once, the first time a request or the warm-up asks for its coding
- * after `node:zlib` has loaded (compressing then, see `representation.ts`), and kept: their identity
- * is the response cache's key. Until then a request for br or gzip gets the identity templates.
+ * after it has been compressed (see `representation.ts`), and kept: their identity is the response
+ * cache's key. Until then a request for br or gzip gets the identity templates.
  *
  * @module
  */
@@ -46,7 +46,7 @@ export interface VariantSets {
   setOf(representation: Representation): VariantSet;
   /**
    * The templates of `set` in `encoding`, built and kept in `set` on first use; the identity
-   * templates (not kept) while the coding cannot be built yet (`node:zlib` not loaded).
+   * templates (not kept) while the coding is not compressed yet.
    */
   coded(set: VariantSet, encoding: Encoding): VariantTemplates;
 }
@@ -93,8 +93,8 @@ export function variantTemplates(variant: Variant): VariantTemplates {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { buildRepresentation, loadCompression } from "../http/representation.ts";
- * await loadCompression();
+ * import { buildRepresentation, enableCompression } from "../http/representation.ts";
+ * enableCompression();
  * const sets = createVariantSets();
  * const set = sets.setOf(await buildRepresentation("text/plain; charset=utf-8", "hi"));
  * // Two bytes do not compress: every coding answers with the identity variant's templates.

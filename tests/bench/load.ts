@@ -14,7 +14,11 @@
  * Usage (see `tests/bench/load.sh`, which installs wrk if it is missing):
  *   deno run --allow-run --allow-net=127.0.0.1 --allow-read --allow-env --allow-write=.bench \
  *     tests/bench/load.ts [--rounds 3] [--duration 5] [--connections 50] [--access-log off|on|both]
- *     [--explore] [--paired] [--scenarios json,hot,markdown,404,429]
+ *     [--explore] [--floor] [--paired] [--scenarios json,hot,markdown,404,429]
+ *
+ * `--floor` adds one reference server to the JSON and hot-caller scenarios: the ceiling plus the
+ * reads every server of this spec must make (`x-ceiling-plus-reads`; `--explore` adds it and others
+ * to the JSON scenario).
  *
  * `--paired` adds, after the interleaved rounds, rounds in which the service and each other server
  * run at the same time on the server core (see below): a steadier ratio on a machine whose cores are
@@ -39,6 +43,7 @@ const { values: args } = parseArgs({
     threads: { type: "string", default: "2" },
     "access-log": { type: "string", default: "off" },
     explore: { type: "boolean", default: false },
+    floor: { type: "boolean", default: false },
     paired: { type: "boolean", default: false },
     scenarios: { type: "string", default: SCENARIOS.map((s) => s.name).join(",") },
     "server-cpu": { type: "string", default: "0" },
@@ -175,6 +180,7 @@ const refs = spawn(
     "--allow-env",
     `${here}/load_servers.ts`,
     ...(args.explore ? ["--explore"] : []),
+    ...(args.floor ? ["--floor"] : []),
   ],
   { ...baseEnv, PORT: "8000", ACCESS_LOG: "false" },
   "piped",
@@ -280,6 +286,8 @@ async function compare(scenario: typeof SCENARIOS[number]): Promise<string> {
   } fields (+date), ${service.length} bytes`;
 }
 
+/** The ceiling plus the reads every server of this spec must make (`--floor`, `--explore`). */
+const FLOOR = "x-ceiling-plus-reads";
 const exploreNames = Object.keys(refPorts).filter((n) => n.startsWith("x-"));
 const plan: Array<{ scenario: typeof SCENARIOS[number]; server: string; port: number }[]> = [];
 for (const scenario of scenarios) {
@@ -290,6 +298,11 @@ for (const scenario of scenarios) {
     ...(scenario.peer ? [{ server: "hono", port: honoOf[scenario.name]! }] : []),
     ...(scenario.name === "json"
       ? exploreNames.map((name) => ({ server: name, port: refPorts[name]! }))
+      : []),
+    // The reads floor beside Hono in the hot caller too (its fields are the JSON scenario's: the
+    // same names and body, a few bytes of values apart).
+    ...(scenario.name === "hot" && refPorts[FLOOR] !== undefined
+      ? [{ server: FLOOR, port: refPorts[FLOOR] }]
       : []),
   ];
   plan.push(servers.map((s) => ({ scenario, ...s })));

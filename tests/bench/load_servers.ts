@@ -90,6 +90,24 @@ listeners["bare"] = cloning({
   body: json.body,
 });
 
+// The ceiling plus the reads any real service of this spec must make (the method, the path for the
+// route, Host, which RFC 9112 requires a server to check, Accept, Accept-Encoding, If-None-Match, the
+// forwarded caller, the peer address), and nothing else: the part of the gap to the ceiling that no
+// handler code can close. Started with --explore or --floor.
+const readsOnly = cloning(json);
+if (Deno.args.includes("--explore") || Deno.args.includes("--floor")) {
+  listeners["x-ceiling-plus-reads"] = ((request: Request, info: Deno.ServeHandlerInfo) => {
+    const headers = request.headers;
+    const seen = request.method.length + request.url.length + (headers.get("host")?.length ?? 0) +
+      (headers.get("accept")?.length ?? 0) +
+      (headers.get("accept-encoding")?.length ?? 0) + (headers.get("if-none-match")?.length ?? 0) +
+      (headers.get("x-forwarded-for")?.length ?? 0) +
+      (info.remoteAddr as Deno.NetAddr).hostname.length;
+    if (seen < 0) throw new Error("unreachable");
+    return readsOnly();
+  }) as Serve;
+}
+
 if (Deno.args.includes("--explore")) {
   const without = (...names: string[]) => (h: [string, string][]) =>
     h.filter(([name]) => !names.includes(name));
@@ -127,21 +145,6 @@ if (Deno.args.includes("--explore")) {
     new Response(json.body, { status: json.status, headers: prebuiltHeaders });
   listeners["x-new-literal"] = () =>
     new Response(json.body, { status: json.status, headers: Object.fromEntries(json.headers) });
-  // The ceiling plus the reads any real service of this spec must make (the method, the path for the
-  // route, Host, which RFC 9112 requires a server to check, Accept, Accept-Encoding, If-None-Match,
-  // the forwarded caller, the peer address), and nothing else: the part of the gap to the ceiling
-  // that no handler code can close.
-  const readsOnly = cloning(json);
-  listeners["x-ceiling-plus-reads"] = ((request: Request, info: Deno.ServeHandlerInfo) => {
-    const headers = request.headers;
-    const seen = request.method.length + request.url.length + (headers.get("host")?.length ?? 0) +
-      (headers.get("accept")?.length ?? 0) +
-      (headers.get("accept-encoding")?.length ?? 0) + (headers.get("if-none-match")?.length ?? 0) +
-      (headers.get("x-forwarded-for")?.length ?? 0) +
-      (info.remoteAddr as Deno.NetAddr).hostname.length;
-    if (seen < 0) throw new Error("unreachable");
-    return readsOnly();
-  }) as Serve;
   // Where the reads' cost comes from: asking for the request's headers at all, then one field.
   listeners["x-headers-touched"] = ((request: Request) => {
     if (request.headers === null) throw new Error("unreachable");

@@ -13,7 +13,6 @@ import {
   isCommonAcceptEncoding,
   loadNegotiator,
   memoize,
-  needsNegotiator,
   preferredEncoding,
   preferredType,
   withoutMediaTypeParameters,
@@ -162,6 +161,20 @@ Deno.test("preferredEncoding() without negotiator gives negotiator's answer to e
   assert.ok(fast > FAST_PATH_RUNS / 4, `only ${fast} values took the fast path`);
 });
 
-Deno.test("needsNegotiator() is false once negotiator is loaded, whatever the headers", () => {
-  assert.equal(needsNegotiator(new Headers({ accept: "text/markdown;q=0.9, */*;q=0.1" })), false);
+Deno.test("before negotiator is loaded, a weighted value throws NegotiatorNotLoadedError and a common one is answered", async () => {
+  // A second instance of the module (its own query string), in which negotiator is not loaded.
+  const url = new URL("../../lib/http/negotiate.ts?unloaded", import.meta.url).href;
+  const fresh: typeof import("../../lib/http/negotiate.ts") = await import(url);
+  assert.equal(fresh.negotiatorLoaded(), false);
+  const types = ["application/json", "text/markdown"] as const;
+  assert.equal(fresh.preferredType("text/markdown", types), "text/markdown");
+  assert.equal(fresh.preferredEncoding("gzip, deflate, br"), "br");
+  const forPlatform = fresh.memoize((accept) => fresh.preferredType(accept, types));
+  const weighted = "application/json;q=0.5, text/markdown;q=0.9";
+  assert.throws(() => forPlatform(weighted), fresh.NegotiatorNotLoadedError);
+  assert.throws(() => fresh.preferredEncoding("br;q=0.5, gzip"), fresh.NegotiatorNotLoadedError);
+  await fresh.loadNegotiator();
+  // Nothing was remembered from the failed attempt.
+  assert.equal(forPlatform(weighted), "text/markdown");
+  assert.equal(fresh.preferredEncoding("br;q=0.5, gzip"), "gzip");
 });

@@ -8,16 +8,17 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import {
-  brotliWindowBits,
   buildRepresentation,
-  loadCompression,
+  compressBytes,
+  enableCompression,
 } from "../../lib/http/representation.ts";
+import { type DenoInfo, denoInfo } from "../_deno_info.ts";
 
 const TEXT = "# Title\n\n" + "Some text that repeats. ".repeat(40);
 
-// Compressed variants exist once node:zlib has loaded (the warm-up loads it in the service); whether
-// a fresh process answers identity until then is tested in cold_start_imports_test.ts.
-await loadCompression();
+// Compressed variants are built once compression is enabled (the warm-up enables it in the service);
+// whether a fresh process answers identity until then is tested in cold_start_imports_test.ts.
+enableCompression();
 
 Deno.test("buildRepresentation() builds br and gzip bodies that decode to the identity body", async () => {
   const rep = await buildRepresentation("text/markdown; charset=utf-8", TEXT);
@@ -28,34 +29,71 @@ Deno.test("buildRepresentation() builds br and gzip bodies that decode to the id
   assert.ok(rep.variants.br!.body.length < rep.variants.identity.body.length);
 });
 
-/** The window size in bits a brotli stream declares in its first bits (RFC 7932 section 9.1). */
-function declaredWindowBits(stream: Uint8Array): number {
-  const bits = stream[0]! | (stream[1]! << 8);
-  if ((bits & 1) === 0) return 16;
-  const n = (bits >> 1) & 7;
-  if (n !== 0) return 17 + n;
-  const m = (bits >> 4) & 7;
-  return m === 0 ? 17 : 8 + m;
+Deno.test("compressBytes() compresses the largest body the service sends in both codings, and they decode to it", async () => {
+  const openapi = await Deno.readFile(new URL("../../static/openapi.json", import.meta.url));
+  const br = await compressBytes(openapi, "br");
+  const gzip = await compressBytes(openapi, "gzip");
+  assert.ok(br.length < openapi.length / 5, `br ${br.length} of ${openapi.length} bytes`);
+  assert.ok(gzip.length < openapi.length / 5, `gzip ${gzip.length} of ${openapi.length} bytes`);
+  assert.deepEqual(new Uint8Array(brotliDecompressSync(br)), openapi);
+  assert.deepEqual(new Uint8Array(gunzipSync(gzip)), openapi);
+});
+
+/** Every module `root` reaches through static and dynamic imports, from `deno info --json`. */
+function reachable(info: DenoInfo, root: string): string[] {
+  const bySpecifier = new Map(info.modules.map((module) => [module.specifier, module]));
+  const seen = new Set<string>();
+  const pending = [root];
+  for (let specifier = pending.pop(); specifier !== undefined; specifier = pending.pop()) {
+    if (seen.has(specifier)) continue;
+    seen.add(specifier);
+    for (const dependency of bySpecifier.get(specifier)?.dependencies ?? []) {
+      if (dependency.code !== undefined) pending.push(dependency.code.specifier);
+    }
+  }
+  return [...seen];
 }
 
-Deno.test("buildRepresentation() compresses br with a window sized to the body, not brotli's 4 MiB default", async () => {
-  // The largest body the service sends (the OpenAPI document) and a small one.
-  const openapi = await Deno.readFile(new URL("../../static/openapi.json", import.meta.url));
-  for (const body of [openapi, new TextEncoder().encode(TEXT)]) {
-    const rep = await buildRepresentation("application/json", body);
-    const br = rep.variants.br!.body;
-    assert.ok(2 ** declaredWindowBits(br) - 16 >= body.length, "the window holds the body");
-    assert.equal(declaredWindowBits(br), brotliWindowBits(body.length));
-    assert.ok(
-      declaredWindowBits(br) < 22,
-      `${declaredWindowBits(br)} bits for ${body.length} bytes`,
+// Node compatibility (node:zlib loads it) keeps megabytes resident for the life of the process:
+// README, "The hot caller".
+Deno.test("representation.ts and the warm-up reach no node: module and no npm package, even dynamically", async () => {
+  const info = await denoInfo();
+  for (const module of ["lib/http/representation.ts", "lib/warm_up.ts"]) {
+    const root = new URL(`../../${module}`, import.meta.url).href;
+    assert.ok(info.modules.some((m) => m.specifier === root), `${module} is in main.ts's graph`);
+    const external = reachable(info, root).filter((specifier) =>
+      specifier.startsWith("node:") || specifier.startsWith("npm:")
     );
-    assert.deepEqual(new Uint8Array(brotliDecompressSync(br)), body);
+    assert.deepEqual(external, [], module);
   }
-  assert.equal(brotliWindowBits(0), 10);
-  assert.equal(brotliWindowBits(2 ** 18 - 16), 18);
-  assert.equal(brotliWindowBits(2 ** 18 - 15), 19);
-  assert.equal(brotliWindowBits(2 ** 30), 24);
+});
+
+Deno.test("a representation built before compression is enabled has no codings until compress()", async () => {
+  // A second instance of the module (its own query string), in which compression is not enabled.
+  const url = new URL("../../lib/http/representation.ts?before", import.meta.url).href;
+  const fresh: typeof import("../../lib/http/representation.ts") = await import(url);
+  assert.equal(fresh.compressionEnabled(), false);
+  const rep = await fresh.buildRepresentation("text/markdown; charset=utf-8", TEXT);
+  assert.equal(rep.variants.br, undefined);
+  assert.equal(rep.variants.gzip, undefined);
+  await rep.compress();
+  assert.equal(new TextDecoder().decode(brotliDecompressSync(rep.variants.br!.body)), TEXT);
+  assert.equal(new TextDecoder().decode(gunzipSync(rep.variants.gzip!.body)), TEXT);
+  assert.equal(rep.compress(), rep.compress(), "compressed once");
+});
+
+Deno.test("once compression is enabled, reading a coding of a representation built before starts its compression", async () => {
+  const url = new URL("../../lib/http/representation.ts?later", import.meta.url).href;
+  const fresh: typeof import("../../lib/http/representation.ts") = await import(url);
+  const rep = await fresh.buildRepresentation("text/markdown; charset=utf-8", TEXT);
+  fresh.enableCompression();
+  assert.equal(rep.variants.br, undefined, "the read that starts it still gets the identity");
+  for (let turn = 0; turn < 100 && rep.variants.gzip === undefined; turn++) {
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  const { br, gzip } = rep.variants as Partial<typeof rep.variants>;
+  assert.ok(gzip !== undefined && gzip.body.length < TEXT.length);
+  assert.ok(br !== undefined && br.body.length < TEXT.length);
 });
 
 Deno.test("buildRepresentation() gives each coding its own strong ETag and Content-Encoding", async () => {

@@ -10,10 +10,10 @@ import { buildServiceTemplates } from "../../lib/respond/service_templates.ts";
 import { preparedRoutes, testConfig, testContent } from "../_server.ts";
 import { loadNegotiator } from "../../lib/http/negotiate.ts";
 
-import { loadCompression } from "../../lib/http/representation.ts";
+import { enableCompression } from "../../lib/http/representation.ts";
 
-// Compressed variants are built once node:zlib has loaded, which the service's warm-up does.
-await loadCompression();
+// Compressed variants are built once compression is enabled, which the service's warm-up does.
+enableCompression();
 
 // Some Accept values below are negotiated by negotiator, which the service loads after listening.
 await loadNegotiator();
