@@ -62,6 +62,14 @@ Deno.test("main.ts loads none of the shared stores' modules before its first res
   assert.deepEqual(shared, []);
 });
 
+Deno.test("main.ts loads the start-up explanations, Deno Deploy's defaults and the warm-up only when it needs them", async () => {
+  const loaded = await staticallyLoaded();
+  assert.ok(loaded.has("lib/handler.ts"), "the graph is read as paths from the root");
+  // Failures only; on Deno Deploy only; 0.5 s after start-up (README, "Cold start").
+  const later = ["lib/server/startup.ts", "lib/server/deno_deploy.ts", "lib/warm_up.ts"];
+  assert.deepEqual(later.filter((path) => loaded.has(path)), []);
+});
+
 /** How long a test waits for the warm-up (0.5 s after start-up) to load node:zlib. */
 const WARM_UP_WAIT_MS = 10_000;
 
