@@ -26,13 +26,20 @@ import {
   STOP_DEADLINE_MS,
 } from "./lib/server/serve.ts";
 
-/** One operational event as a JSON line on stderr (stdout carries the access log). */
+const ENCODER = new TextEncoder();
+
+/**
+ * One operational event as a JSON line on stderr (stdout carries the access log). Written directly
+ * rather than with `console.error`, whose first use loads the console (README, "Cold start"): the
+ * "listening" line comes before the first response.
+ */
 function event(
   level: "info" | "warn" | "error",
   message: string,
   fields: Record<string, unknown> = {},
 ): void {
-  console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
+  const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
+  writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
 }
 
 function errorFields(error: unknown): Record<string, unknown> {
