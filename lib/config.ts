@@ -418,39 +418,6 @@ function boolean(
   return fallback;
 }
 
-/**
- * A public base URL already in the form the WHATWG URL parser gives back: `http` or `https`, a
- * lower-case host name whose last label starts with a letter (so it is not read as an IPv4 number)
- * and has no punycode label, or a dotted-quad IPv4 address without leading zeros; a port other than
- * the scheme's default, without leading zeros; a path of unreserved characters without `.` or `..`
- * segments; nothing else. For such a URL, `origin + pathname` is the URL itself (a property test
- * checks it against `URL`), so start-up need not load the URL parser (README, "Cold start").
- */
-const CANONICAL_BASE_URL = new RegExp(
-  "^(?<scheme>https?)://" +
-    "(?:(?:(?!xn--)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\\.)*(?!xn--)[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?" +
-    "|(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d))" +
-    "(?::(?<port>[1-9]\\d{0,4}))?" +
-    "(?:/(?!\\.\\.?(?:/|$))[A-Za-z0-9._~-]*)*$",
-);
-
-/** The largest TCP port. */
-const MAX_PORT = 65_535;
-
-/** The default port of each scheme the base URL may have: the URL parser drops it. */
-const DEFAULT_PORTS: Readonly<Record<string, string>> = { http: "80", https: "443" };
-
-/** `raw` without its trailing slashes when it is a {@linkcode CANONICAL_BASE_URL}; otherwise undefined. */
-function canonicalBaseUrl(raw: string): string | undefined {
-  const groups = CANONICAL_BASE_URL.exec(raw)?.groups;
-  if (groups === undefined) return undefined;
-  const { scheme, port } = groups;
-  if (port !== undefined && (Number(port) > MAX_PORT || port === DEFAULT_PORTS[scheme!])) {
-    return undefined;
-  }
-  return raw.replace(/\/+$/, "");
-}
-
 function baseUrlOf(raw: string | undefined, port: number, errors: string[]): string {
   if (raw === undefined) {
     // Links must name the port callers use; with PORT=0 it is not known when they are built.
@@ -459,8 +426,6 @@ function baseUrlOf(raw: string | undefined, port: number, errors: string[]): str
     }
     return `http://localhost:${port}`;
   }
-  const canonical = canonicalBaseUrl(raw);
-  if (canonical !== undefined) return canonical;
   let url: URL;
   try {
     url = new URL(raw);

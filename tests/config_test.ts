@@ -5,7 +5,6 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import { formatConfigErrors, loadConfig, recordEnv } from "../lib/config.ts";
 
 function errorsOf(env: Parameters<typeof recordEnv>[0]): string[] {
@@ -181,91 +180,4 @@ Deno.test("loadConfig() refuses a REDIS_URL the Redis client would throw on, wit
   for (const url of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "rediss://h:6380/3"]) {
     assert.equal(configOf({ ...redis, REDIS_URL: url }).redisUrl, url);
   }
-});
-
-/** What PUBLIC_BASE_URL gives as the links' base, by the WHATWG URL parser; undefined if refused. */
-function baseByUrlParser(raw: string): string | undefined {
-  const url = URL.parse(raw);
-  if (url === null || (url.protocol !== "http:" && url.protocol !== "https:")) return undefined;
-  if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
-    return undefined;
-  }
-  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
-}
-
-/** Pieces of URLs near the edge of the canonical form start-up reads without the URL parser. */
-const urlPiece = {
-  scheme: fc.constantFrom("http", "https", "HTTP", "Https", "ftp", "ws"),
-  label: fc.oneof(
-    fc.stringMatching(/^[a-z0-9-]{1,8}$/),
-    fc.constantFrom("xn--bcher-kva", "xn--zz", "0x1f", "1", "255", "256", "08", "A", "a_b", "-a"),
-  ),
-  port: fc.constantFrom("", ":0", ":1", ":80", ":443", ":080", ":8443", ":65535", ":65536", ":"),
-  segment: fc.oneof(
-    fc.stringMatching(/^[a-z0-9._~-]{0,5}$/),
-    fc.constantFrom(".", "..", "%2e", "%2E%2e", "a%20b", "A", "é", "a b", "?q", "#f", "@"),
-  ),
-};
-
-const baseUrls = fc.tuple(
-  urlPiece.scheme,
-  fc.array(urlPiece.label, { minLength: 1, maxLength: 4 }),
-  urlPiece.port,
-  fc.array(urlPiece.segment, { maxLength: 4 }),
-  fc.constantFrom("", "/", "//"),
-).map(([scheme, labels, port, segments, end]) =>
-  `${scheme}://${labels.join(".")}${port}${segments.map((segment) => `/${segment}`).join("")}${end}`
-);
-
-Deno.test("loadConfig() reads PUBLIC_BASE_URL as the URL parser does, with or without it (property)", () => {
-  fc.assert(
-    fc.property(baseUrls, (raw) => {
-      const expected = baseByUrlParser(raw);
-      const result = loadConfig(recordEnv({ PUBLIC_BASE_URL: raw }));
-      if (expected === undefined) {
-        assert.equal(result.ok, false, raw);
-      } else {
-        assert.ok(result.ok, raw);
-        assert.equal(result.config.baseUrl, expected, raw);
-      }
-    }),
-    { numRuns: 2000 },
-  );
-});
-
-/** Runs `body` with the global `URL` replaced by a subclass that counts its uses. */
-function urlUsesOf(body: () => void): number {
-  const original = globalThis.URL;
-  let uses = 0;
-  class CountingUrl extends original {
-    constructor(...args: ConstructorParameters<typeof URL>) {
-      uses++;
-      super(...args);
-    }
-    static override parse(...args: Parameters<typeof URL.parse>) {
-      uses++;
-      return original.parse(...args);
-    }
-  }
-  globalThis.URL = CountingUrl;
-  try {
-    body();
-  } finally {
-    globalThis.URL = original;
-  }
-  return uses;
-}
-
-Deno.test("loadConfig() reads a PUBLIC_BASE_URL in canonical form without the URL parser (cold start), any other with it", () => {
-  let base = "";
-  const canonical = urlUsesOf(() => {
-    base = configOf({ PUBLIC_BASE_URL: "https://api.example.com:8443/discovery/" }).baseUrl;
-  });
-  assert.equal(base, "https://api.example.com:8443/discovery");
-  assert.equal(canonical, 0);
-  const other = urlUsesOf(() => {
-    base = configOf({ PUBLIC_BASE_URL: "HTTPS://API.Example.com:443/a/../discovery" }).baseUrl;
-  });
-  assert.equal(base, "https://api.example.com/discovery");
-  assert.ok(other > 0);
 });
