@@ -2,7 +2,8 @@
  * The fetch handler: caller key -> rate-limit decision -> route -> representation -> response.
  *
  * This module is that composition and nothing else. At start-up (`prepare`) it builds the route
- * table, every response template (`respond/service_templates.ts`) and the response cache; per
+ * table, the response templates (`respond/service_templates.ts`, each built when first needed) and
+ * the response cache, and schedules the warm-up (`warm_up.ts`, imported when it starts); per
  * request it takes the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`,
  * or its `peek` for a CORS preflight, `preflightDecision`), the route, the template that answers
  * (`respond/choose.ts`) and a clone of its prebuilt response for that decision

@@ -591,7 +591,7 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
   }
 });
 
-Deno.test("the handler starts the warm-up after warm_up.ts's default delay, whose module it imports only then", () => {
+Deno.test("the handler's default warm-up delay is warm_up.ts's (the handler imports that module only when the delay has passed)", () => {
   assert.equal(WARM_UP_DELAY, WARM_UP_DELAY_MS);
 });
 
