@@ -15,7 +15,7 @@ import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/handler.ts";
 import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
 import { loadContent } from "./lib/pages/content.ts";
-import { deployEnv, onDenoDeploy } from "./lib/server/deno_deploy.ts";
+import type { DeployEnv } from "./lib/server/deno_deploy.ts";
 import { openRateLimitStore } from "./lib/limit/open_store.ts";
 import {
   addressOf,
@@ -25,15 +25,21 @@ import {
   serveResilient,
   STOP_DEADLINE_MS,
 } from "./lib/server/serve.ts";
-import { explainKvError, explainListenError, explainStartupError } from "./lib/server/startup.ts";
 
-/** One operational event as a JSON line on stderr (stdout carries the access log). */
+const ENCODER = new TextEncoder();
+
+/**
+ * One operational event as a JSON line on stderr (stdout carries the access log). Written directly
+ * rather than with `console.error`, whose first use loads the console (README, "Cold start"): the
+ * "listening" line comes before the first response.
+ */
 function event(
   level: "info" | "warn" | "error",
   message: string,
   fields: Record<string, unknown> = {},
 ): void {
-  console.error(JSON.stringify({ time: new Date().toISOString(), level, message, ...fields }));
+  const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
+  writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
 }
 
 function errorFields(error: unknown): Record<string, unknown> {
@@ -62,27 +68,43 @@ function storeIncidentLogger(
       : event("info", ended, { store: config.rateLimitStore, ...incident });
 }
 
-/** Prints one sentence and exits 1: start-up failures are the operator's, not a stack trace. */
-function fatalSentence(sentence: string): never {
-  console.error(sentence);
+/**
+ * Prints the one sentence `explain` makes of a start-up failure and exits 1: start-up failures are
+ * the operator's, not a stack trace. The explanations' module is imported only then, so that a
+ * start that succeeds does not load it (README, "Cold start").
+ */
+async function fatalExplained(
+  explain: (startup: typeof import("./lib/server/startup.ts")) => string,
+): Promise<never> {
+  console.error(explain(await import("./lib/server/startup.ts")));
   Deno.exit(1);
 }
 
 // Anything thrown while starting that no check below explains still ends in one sentence.
 function onStartupRejection(event: PromiseRejectionEvent): void {
   event.preventDefault();
-  fatalSentence(explainStartupError(event.reason));
+  void fatalExplained((startup) => startup.explainStartupError(event.reason));
 }
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
-let platform: ReturnType<typeof deployEnv>;
-let loaded: ReturnType<typeof loadConfig>;
-try {
-  platform = deployEnv((name) => Deno.env.get(name));
-  loaded = loadConfig(platform.env);
-} catch (error) {
-  fatalSentence(explainStartupError(error));
+const readEnv = (name: string) => Deno.env.get(name);
+
+/** Whether this is Deno Deploy, the platform's environment and the configuration read from it. */
+async function configure(): Promise<
+  { onDeploy: boolean; platform: DeployEnv; loaded: ReturnType<typeof loadConfig> }
+> {
+  // Deno Deploy sets DENO_DEPLOY=true (`onDenoDeploy` in lib/server/deno_deploy.ts, tested there);
+  // that module, with the platform's defaults, is imported on Deploy only (README, "Cold start").
+  const onDeploy = readEnv("DENO_DEPLOY") === "true";
+  const platform = onDeploy
+    ? (await import("./lib/server/deno_deploy.ts")).deployEnv(readEnv)
+    : { env: readEnv, errors: [] };
+  return { onDeploy, platform, loaded: loadConfig(platform.env) };
 }
+
+const { onDeploy, platform, loaded } = await configure().catch((error) =>
+  fatalExplained((startup) => startup.explainStartupError(error))
+);
 if (!loaded.ok || platform.errors.length > 0) {
   fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
 }
@@ -114,12 +136,10 @@ const store = await openRateLimitStore(config, {
     "rate-limit sync recovered: the instances' counts are reconciled",
   ),
 }).catch((error) =>
-  fatalSentence(
+  fatalExplained((startup) =>
     config.rateLimitStore === "kv"
-      ? explainKvError(error, config.kvPath, {
-        onDenoDeploy: onDenoDeploy((name) => Deno.env.get(name)),
-      })
-      : explainStartupError(error),
+      ? startup.explainKvError(error, config.kvPath, { onDenoDeploy: onDeploy })
+      : startup.explainStartupError(error)
   )
 );
 
@@ -181,7 +201,7 @@ if (
 // `deno serve`, or with DENO_AUTO_SERVE, the runtime serves the default export: listening here too
 // would serve twice.
 const listen = import.meta.main && !Deno.env.get("DENO_AUTO_SERVE") &&
-  (Deno.args.includes("--listen") || onDenoDeploy((name) => Deno.env.get(name)));
+  (Deno.args.includes("--listen") || onDeploy);
 
 if (!listen) {
   // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
@@ -200,7 +220,7 @@ if (listen) {
       onEvent: logServeEvent,
     });
   } catch (error) {
-    fatalSentence(explainListenError(error, config));
+    server = await fatalExplained((startup) => startup.explainListenError(error, config));
   }
 
   let stopping = false;

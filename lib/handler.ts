@@ -2,7 +2,8 @@
  * The fetch handler: caller key -> rate-limit decision -> route -> representation -> response.
  *
  * This module is that composition and nothing else. At start-up (`prepare`) it builds the route
- * table, every response template (`respond/service_templates.ts`) and the response cache; per
+ * table, the response templates (`respond/service_templates.ts`, each built when first needed) and
+ * the response cache, and schedules the warm-up (`warm_up.ts`, imported when it starts); per
  * request it takes the caller's key (`limit/caller.ts`), the limiter's decision (the store's `hit`,
  * or its `peek` for a CORS preflight, `preflightDecision`), the route, the template that answers
  * (`respond/choose.ts`) and a clone of its prebuilt response for that decision
@@ -38,8 +39,9 @@ import {
   type RouteTemplates,
   type ServiceTemplates,
 } from "./respond/service_templates.ts";
-import { buildRoutes, once } from "./routes.ts";
-import { warmUp, type WarmUpOptions } from "./warm_up.ts";
+import { buildRoutes, once, type Route } from "./routes.ts";
+import { later } from "./timer.ts";
+import type { WarmUpOptions } from "./warm_up.ts";
 
 /** A fetch handler as `Deno.serve` calls it. */
 export type Handler = (request: Request, info: PeerInfo) => Response | Promise<Response>;
@@ -203,6 +205,26 @@ function prepareEagerRoutes(templates: ServiceTemplates): Promise<void> {
   return Promise.all(eager.map((route) => route.prepare().catch(() => {}))).then(() => {});
 }
 
+/**
+ * How long after start-up the warm-up begins by default, in ms: `WARM_UP_DELAY_MS` of
+ * `warm_up.ts`, whose module is not imported before then (a test checks that the two agree).
+ */
+export const WARM_UP_DELAY = 500;
+
+/**
+ * Starts the warm-up (`warm_up.ts`) once its delay has passed, importing its module only then, so
+ * that a cold start's first response does not wait for it to load (README, "Cold start").
+ */
+function scheduleWarmUp(table: ReadonlyMap<string, Route>, options: WarmUpOptions): void {
+  later(options.delayMs ?? WARM_UP_DELAY, () => {
+    if (options.signal?.aborted) return;
+    import("./warm_up.ts").then(
+      ({ warmUp }) => warmUp(new Set(table.values()), { ...options, delayMs: 0 }),
+      (error) => options.onError?.(error),
+    );
+  });
+}
+
 /** What {@linkcode createHandler} builds once, at start-up. */
 interface Prepared {
   store: RateLimitStore;
@@ -222,7 +244,7 @@ function prepare(options: HandlerOptions): Prepared {
   const now = options.now ?? Date.now;
   const table = buildRoutes(config, content);
   const templates = buildServiceTemplates(config, { site: content.site, routes: table });
-  if (options.warmUp) warmUp(new Set(table.values()), options.warmUp);
+  if (options.warmUp) scheduleWarmUp(table, options.warmUp);
   return {
     store: options.store,
     now,

@@ -1,7 +1,8 @@
 /**
  * A `--preload` module for cold-start tests: reports on stderr, as JSON lines, each first use of a
  * global that Deno loads lazily (`_lazy_globals.ts`: Node's timers, `Buffer`, `process`, `atob`,
- * `btoa`), and when `Deno.serve`'s handler has produced its first response. Every global keeps working: the probe
+ * `btoa`), the first call of each `console` method, and when `Deno.serve`'s handler has produced its
+ * first response. Every global keeps working: the probe
  * only reads the runtime's own lazy getter when the global is first used.
  *
  * @module
@@ -10,8 +11,23 @@
 
 import { LAZY_GLOBALS } from "./_lazy_globals.ts";
 
+const writeError = console.error.bind(console);
+
 function report(fields: Record<string, unknown>): void {
-  console.error(JSON.stringify({ probe: true, ...fields }));
+  writeError(JSON.stringify({ probe: true, ...fields }));
+}
+
+// The console is loaded on its first use: the service's own calls are reported too.
+for (const method of ["log", "error", "warn", "info", "debug"] as const) {
+  const call = console[method].bind(console);
+  let reported = false;
+  console[method] = (...args: unknown[]) => {
+    if (!reported) {
+      reported = true;
+      report({ consoleCall: method, stack: new Error().stack });
+    }
+    call(...args);
+  };
 }
 
 function watch(name: string): void {

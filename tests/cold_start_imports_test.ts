@@ -62,6 +62,14 @@ Deno.test("main.ts loads none of the shared stores' modules before its first res
   assert.deepEqual(shared, []);
 });
 
+Deno.test("main.ts loads the start-up explanations, Deno Deploy's defaults and the warm-up only when it needs them", async () => {
+  const loaded = await staticallyLoaded();
+  assert.ok(loaded.has("lib/handler.ts"), "the graph is read as paths from the root");
+  // Failures only; on Deno Deploy only; 0.5 s after start-up (README, "Cold start").
+  const later = ["lib/server/startup.ts", "lib/server/deno_deploy.ts", "lib/warm_up.ts"];
+  assert.deepEqual(later.filter((path) => loaded.has(path)), []);
+});
+
 /** How long a test waits for the warm-up (0.5 s after start-up) to compress the bodies. */
 const WARM_UP_WAIT_MS = 10_000;
 
@@ -86,7 +94,7 @@ async function eventWhere(
 // Deno loads `setTimeout` and `setInterval` from node:timers (Node's errors, async hooks, timers),
 // and `atob`, `btoa`, `Buffer` and `process` from their modules, the first time each is read: the
 // static graph above cannot show it. Access log on, as by default: its first line is scheduled too.
-Deno.test("a fresh service reads no lazily loaded global (Node's timers, atob, btoa, Buffer, process) before its first response; the warm-up does later", async () => {
+Deno.test("a fresh service reads no lazily loaded global (Node's timers, atob, btoa, Buffer, process) and calls no console method before its first response; the warm-up reads them later", async () => {
   const service = await startService({ ACCESS_LOG: "true" }, undefined, { preload: PROBE });
   try {
     const response = await fetch(`${service.url}/api/v1/platform`);
@@ -98,6 +106,13 @@ Deno.test("a fresh service reads no lazily loaded global (Node's timers, atob, b
       before.map((event) => event.lazyGlobal),
       [],
       before.map((event) => String(event.stack)).join("\n\n"),
+    );
+    // Nor the console (loaded on first use): the "listening" line is written to stderr directly.
+    const consoleCalls = service.events.slice(0, first).filter((event) => "consoleCall" in event);
+    assert.deepEqual(
+      consoleCalls.map((event) => event.consoleCall),
+      [],
+      consoleCalls.map((event) => String(event.stack)).join("\n\n"),
     );
     // The probe does see them: the warm-up's steps are scheduled with setTimeout.
     await eventWhere(service.events, (e) => e.lazyGlobal === "setTimeout", "setTimeout read");

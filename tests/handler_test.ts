@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import type { AccessRecord } from "../lib/access_log.ts";
-import { createHandler, type Handler } from "../lib/handler.ts";
+import { createHandler, type Handler, WARM_UP_DELAY } from "../lib/handler.ts";
+import { WARM_UP_DELAY_MS } from "../lib/warm_up.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
@@ -588,6 +589,10 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
   } finally {
     for (const store of stores) store.close();
   }
+});
+
+Deno.test("the handler's default warm-up delay is warm_up.ts's (the handler imports that module only when the delay has passed)", () => {
+  assert.equal(WARM_UP_DELAY, WARM_UP_DELAY_MS);
 });
 
 Deno.test("an aborted warm-up stops after the step under way and does not report itself done", async () => {

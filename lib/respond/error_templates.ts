@@ -1,5 +1,6 @@
 /**
- * The error renderer: every error response the service can send, built once at start-up.
+ * The error renderer: every error response the service can send, each rendered once, when first
+ * needed.
  *
  * Error bodies never echo request data, so each (code, media type) is rendered once; a path's error
  * responses then differ only in the path's own fields (`Link`, `Deprecation`...), added by
@@ -83,9 +84,10 @@ export function forMethod(pair: MethodTemplates, method: string): ResponseTempla
  * ```
  */
 export function createErrorRenderer(config: Config, site: Site): ErrorRenderer {
-  const catalog = errorCatalog(config);
+  // Built with the first error rendered, not at start-up (README, "Cold start").
+  let catalog: ReturnType<typeof errorCatalog> | undefined;
   return (code, type) => {
-    const info = catalog[code];
+    const info = (catalog ??= errorCatalog(config))[code];
     const body = type === "json"
       ? errorJson(code, info)
       : type === "markdown"

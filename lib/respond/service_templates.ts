@@ -1,10 +1,10 @@
 /**
- * Everything the service can answer, built once at start-up from the route table: per path, its
- * variants (built on first use), its preflight, 405 and error responses; for unknown paths, the 404 in
- * each media type and the same errors without a path's fields.
+ * Everything the service can answer, from the route table: per path, its variants, its preflight,
+ * 405 and error responses; for unknown paths, the 404 in each media type and the same errors without
+ * a path's fields. Each is built the first time a request needs it, then kept.
  *
- * Per request nothing here is built: `choose.ts` picks one of these templates and the response cache
- * answers a clone of its prebuilt response.
+ * Past a template's first use nothing here is built per request: `choose.ts` picks one of these
+ * templates and the response cache answers a clone of its prebuilt response.
  *
  * @module
  */
@@ -14,7 +14,7 @@ import type { HeaderField } from "../http/message.ts";
 import { type Encoding, memoize, preferredEncoding, preferredType } from "../http/negotiate.ts";
 import { STATUS } from "../http/message.ts";
 import type { Site } from "../pages/layout.ts";
-import { ALLOWED_METHODS, COMMON_FIELDS, type Route } from "../routes.ts";
+import { ALLOWED_METHODS, COMMON_FIELDS, once, type Route } from "../routes.ts";
 import type { Representation } from "../http/representation.ts";
 import {
   createErrorRenderer,
@@ -87,18 +87,22 @@ const NOT_FOUND_RENDERING = {
   "text/html": "html",
 } as const;
 
-/** The JSON errors every path may answer with, rendered once. */
+/** The JSON errors every path may answer with, each rendered the first time it is needed. */
 interface PathErrors {
-  badRequest: RenderedError;
-  rateLimited: RenderedError;
-  unavailable: RenderedError;
-  internalError: RenderedError;
-  methodNotAllowed: RenderedError;
+  badRequest: () => RenderedError;
+  rateLimited: () => RenderedError;
+  unavailable: () => RenderedError;
+  internalError: () => RenderedError;
+  methodNotAllowed: () => RenderedError;
 }
 
 /**
  * Builds the templates of every path of the route table `parts.routes`, and of unknown paths, with
  * the pages' layout `parts.site` for the HTML 404.
+ *
+ * Nothing is rendered here: each template (an error, a preflight, a 404) is built the first time a
+ * request needs it and kept, so that a cold start's first 200 does not wait for the error responses
+ * of every path (README, "Cold start"). A template read twice is the same object.
  *
  * @example
  * ```ts
@@ -115,6 +119,7 @@ interface PathErrors {
  * assert.equal(templates.routes.size, table.size);
  * assert.equal(templates.notFound("text/markdown").get.status, 404);
  * assert.equal(templates.unknownPath.preflight.status, 204);
+ * assert.equal(templates.unknownPath.preflight, templates.unknownPath.preflight);
  * ```
  */
 export function buildServiceTemplates(
@@ -124,11 +129,11 @@ export function buildServiceTemplates(
   const { site, routes: table } = parts;
   const render = createErrorRenderer(config, site);
   const errors: PathErrors = {
-    badRequest: render("bad_request", "json"),
-    rateLimited: render("rate_limited", "json"),
-    unavailable: render("rate_limit_unavailable", "json"),
-    internalError: render("internal_error", "json"),
-    methodNotAllowed: render("method_not_allowed", "json"),
+    badRequest: once(() => render("bad_request", "json")),
+    rateLimited: once(() => render("rate_limited", "json")),
+    unavailable: once(() => render("rate_limit_unavailable", "json")),
+    internalError: once(() => render("internal_error", "json")),
+    methodNotAllowed: once(() => render("method_not_allowed", "json")),
   };
   const sets = createVariantSets();
   // Most paths have no fields of their own: they share the unknown path's error templates, built
@@ -136,16 +141,16 @@ export function buildServiceTemplates(
   const unknownPath = pathTemplates(errors, []);
   const shared = {
     path: unknownPath,
-    methodNotAllowed: errorTemplates(errors.methodNotAllowed, []),
+    methodNotAllowed: once(() => errorTemplates(errors.methodNotAllowed(), []).get),
   };
   const routes = new Map<string, RouteTemplates>();
   for (const [path, route] of table) {
     routes.set(path, routeTemplates(route, errors, sets.setOf, shared));
   }
   const notFound = {
-    json: errorTemplates(render("not_found", "json"), [VARY_ACCEPT]),
-    markdown: errorTemplates(render("not_found", "markdown"), [VARY_ACCEPT]),
-    html: errorTemplates(render("not_found", "html"), [VARY_ACCEPT]),
+    json: once(() => errorTemplates(render("not_found", "json"), [VARY_ACCEPT])),
+    markdown: once(() => errorTemplates(render("not_found", "markdown"), [VARY_ACCEPT])),
+    html: once(() => errorTemplates(render("not_found", "html"), [VARY_ACCEPT])),
   };
   const pickEncoding = memoize(preferredEncoding);
   return {
@@ -154,7 +159,7 @@ export function buildServiceTemplates(
     // on and can read the JSON 404; it has no route fields (Link...) to add.
     unknownPath,
     notFound: memoize((accept) =>
-      notFound[NOT_FOUND_RENDERING[preferredType(accept, NOT_FOUND_TYPES)]]
+      notFound[NOT_FOUND_RENDERING[preferredType(accept, NOT_FOUND_TYPES)]]()
     ),
     variant: (set, acceptEncoding) => {
       const encoding: Encoding = pickEncoding(acceptEncoding);
@@ -163,18 +168,36 @@ export function buildServiceTemplates(
   };
 }
 
-/** The responses of a path that has `fields` of its own (none for an unknown path). */
+/**
+ * The responses of a path that has `fields` of its own (none for an unknown path), each built when
+ * first read.
+ */
 function pathTemplates(errors: PathErrors, fields: readonly HeaderField[]): PathTemplates {
+  const preflight = once((): ResponseTemplate => ({
+    status: STATUS.NoContent,
+    body: null,
+    fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS, ...fields],
+  }));
+  const badRequest = once(() => errorTemplates(errors.badRequest(), fields));
+  const rateLimited = once(() => errorTemplates(errors.rateLimited(), fields));
+  const unavailable = once(() => errorTemplates(errors.unavailable(), fields));
+  const internalError = once(() => errorTemplates(errors.internalError(), fields));
   return {
-    preflight: {
-      status: STATUS.NoContent,
-      body: null,
-      fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS, ...fields],
+    get preflight() {
+      return preflight();
     },
-    badRequest: errorTemplates(errors.badRequest, fields),
-    rateLimited: errorTemplates(errors.rateLimited, fields),
-    unavailable: errorTemplates(errors.unavailable, fields),
-    internalError: errorTemplates(errors.internalError, fields),
+    get badRequest() {
+      return badRequest();
+    },
+    get rateLimited() {
+      return rateLimited();
+    },
+    get unavailable() {
+      return unavailable();
+    },
+    get internalError() {
+      return internalError();
+    },
   };
 }
 
@@ -183,13 +206,32 @@ function routeTemplates(
   route: Route,
   errors: PathErrors,
   setOf: (representation: Representation) => VariantSet,
-  shared: { path: PathTemplates; methodNotAllowed: MethodTemplates },
+  shared: { path: PathTemplates; methodNotAllowed: () => ResponseTemplate },
 ): RouteTemplates {
   const own = route.fields.length > 0;
+  const path = own ? pathTemplates(errors, route.fields) : shared.path;
+  const methodNotAllowed = own
+    ? once(() => errorTemplates(errors.methodNotAllowed(), route.fields).get)
+    : shared.methodNotAllowed;
   return {
-    ...(own ? pathTemplates(errors, route.fields) : shared.path),
-    methodNotAllowed:
-      (own ? errorTemplates(errors.methodNotAllowed, route.fields) : shared.methodNotAllowed).get,
+    get preflight() {
+      return path.preflight;
+    },
+    get badRequest() {
+      return path.badRequest;
+    },
+    get rateLimited() {
+      return path.rateLimited;
+    },
+    get unavailable() {
+      return path.unavailable;
+    },
+    get internalError() {
+      return path.internalError;
+    },
+    get methodNotAllowed() {
+      return methodNotAllowed();
+    },
     ready: false,
     eager: route.eager,
     async prepare() {

@@ -1,6 +1,6 @@
 /**
- * Tests of the templates built at start-up: one per path of the route table, the unknown path's
- * without a route's fields, and nothing built twice.
+ * Tests of the service's templates: one per path of the route table, the unknown path's
+ * without a route's fields, each built when first read and never twice.
  *
  * @module
  */
@@ -60,4 +60,40 @@ Deno.test("a variant's templates are built once, whichever request asks first", 
   assert.equal(templates.variant(set, "gzip, deflate"), gzip);
   assert.equal(set.gzip, gzip);
   assert.equal(templates.variant(set, null), set.identity);
+});
+
+/** `config` whose property reads are counted in `reads` (the error texts are built from it). */
+function countingReads<T extends object>(config: T): { config: T; reads: () => number } {
+  let reads = 0;
+  const counted = new Proxy(config, {
+    get(target, name, receiver) {
+      reads++;
+      return Reflect.get(target, name, receiver);
+    },
+  });
+  return { config: counted, reads: () => reads };
+}
+
+Deno.test("building the templates renders no error: each is rendered when first read, then kept", async () => {
+  const plain = testConfig();
+  const content = testContent(plain);
+  const table = await preparedRoutes(plain, content);
+  const { config, reads } = countingReads(plain);
+  const templates = buildServiceTemplates(config, { site: content.site, routes: table });
+  // Cold start: a first 200 needs none of the error templates, so none is rendered before it.
+  assert.equal(reads(), 0);
+  const platform = templates.routes.get("/api/v1/platform")!;
+  const limited = platform.rateLimited;
+  assert.ok(reads() > 0, "the error text is rendered from the configuration when first needed");
+  // Kept: the response cache finds its state by the template object.
+  assert.equal(platform.rateLimited, limited);
+  assert.equal(
+    templates.routes.get("/llms.txt")!.methodNotAllowed,
+    templates.routes.get("/robots.txt")!.methodNotAllowed,
+  );
+  assert.equal(templates.unknownPath.preflight, templates.unknownPath.preflight);
+  assert.equal(
+    templates.routes.get("/llms.txt")!.internalError,
+    templates.unknownPath.internalError,
+  );
 });
