@@ -442,3 +442,13 @@ Deno.test("under deno serve on a unix socket, main.ts warns once on stderr that 
     await process.status;
   }
 });
+
+Deno.test("every task that runs the service caps V8's young generation the same way", async () => {
+  const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
+  const runners = ["start", "start:kv", "start:parallel", "dev", "compile"];
+  const flagsOf = (task: string) =>
+    String(deno.tasks[task]).split(/\s+/).filter((word) => word.startsWith("--v8-flags="));
+  // The hot caller's peak RSS (README, "The hot caller"): V8 would grow each semi-space to 16 MiB.
+  assert.deepEqual(flagsOf("start"), ["--v8-flags=--max-semi-space-size=2"]);
+  for (const task of runners) assert.deepEqual(flagsOf(task), flagsOf("start"), task);
+});

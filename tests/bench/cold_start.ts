@@ -19,9 +19,9 @@
 // deno-lint-ignore-file no-console
 
 import { join } from "node:path";
+import { startTaskArgs } from "./_start_task.ts";
 
 const ROOT = join(import.meta.dirname!, "..", "..");
-const MAIN = join(ROOT, "main.ts");
 /** Longest one process may take to answer 200 before the run is abandoned. */
 const RUN_TIMEOUT_MS = 10_000;
 /** Pause between two attempts while the process starts. */
@@ -142,14 +142,8 @@ async function main(): Promise<void> {
   const hello = join(Deno.makeTempDirSync(), "hello.ts");
   Deno.writeTextFileSync(hello, HELLO);
   const helloArgs = ["run", "--allow-net=127.0.0.1", "--allow-env=PORT", hello];
-  const serviceArgs = [
-    "run",
-    "--allow-net",
-    `--allow-read=${join(ROOT, "static")}`,
-    "--allow-env",
-    MAIN,
-    "--listen",
-  ];
+  // As `deno task start` runs it, from the project's folder (the child's working directory).
+  const serviceArgs = startTaskArgs();
   // One unmeasured run of each loads Deno's caches (compiled modules, V8 code cache).
   await timeToFirst200(helloArgs, "/");
   await timeToFirst200(serviceArgs, options.paths[0]!);

@@ -32,6 +32,7 @@
 
 import { parseArgs } from "node:util";
 import { SCENARIOS } from "./_scenarios.ts";
+import { startTaskArgs } from "./_start_task.ts";
 
 const { values: args } = parseArgs({
   // `deno task bench:load -- --rounds 5` passes the `--` on; it separates nothing here.
@@ -140,7 +141,7 @@ for (const scenario of scenarios) {
     for (const [i, mode] of logModes.entries()) {
       const port = freePort();
       const pid = spawn(
-        ["run", "--allow-net", "--allow-read=./static", "--allow-env", "main.ts", "--listen"],
+        startTaskArgs(),
         {
           ...baseEnv,
           ...scenario.env,

@@ -14,6 +14,7 @@
 // deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
+import { startTaskArgs } from "./_start_task.ts";
 
 const { values: args } = parseArgs({
   args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
@@ -72,12 +73,7 @@ async function spray(cap: number): Promise<Result> {
       "-c",
       "0",
       Deno.execPath(),
-      "run",
-      "--allow-net",
-      "--allow-read=./static",
-      "--allow-env",
-      "main.ts",
-      "--listen",
+      ...startTaskArgs(),
     ],
     cwd: `${here}/../..`,
     env: {
