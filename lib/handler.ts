@@ -39,7 +39,8 @@ import {
   type RouteTemplates,
   type ServiceTemplates,
 } from "./respond/service_templates.ts";
-import { buildRoutes, once, type Route } from "./routes.ts";
+import { once } from "./once.ts";
+import { buildRoutes, type Route } from "./routes.ts";
 import { later } from "./timer.ts";
 import type { WarmUpOptions } from "./warm_up.ts";
 

@@ -12,6 +12,7 @@
 import type { Config } from "./config.ts";
 import type { HeaderField } from "./http/message.ts";
 import type { Content, Page } from "./pages/content.ts";
+import { once } from "./once.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -253,22 +254,4 @@ function pageRoute(page: Page, content: Content): Route {
     [],
     content.prepareMarkdown,
   );
-}
-
-/**
- * A function that computes `build()` on its first call and returns that value ever after.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * let built = 0;
- * const answer = once(() => ++built * 42);
- * assert.equal(answer(), 42);
- * assert.equal(answer(), 42);
- * assert.equal(built, 1);
- * ```
- */
-export function once<T>(build: () => T): () => T {
-  let built: { value: T } | undefined;
-  return () => (built ??= { value: build() }).value;
 }

@@ -24,6 +24,8 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 0, group: "http", matches: (p) => p.startsWith("lib/http/") },
     // A timer that loads nothing, for what is scheduled before the first response.
     { layer: 0, group: "timer", matches: (p) => p === "lib/timer.ts" },
+    // A value built on first use and kept.
+    { layer: 0, group: "once", matches: (p) => p === "lib/once.ts" },
     // The limiter: the decision, the stores, the guard, the caller key.
     { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.

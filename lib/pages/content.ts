@@ -21,6 +21,7 @@
 
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
+import { once } from "../once.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 import type { Prerendered } from "./prerender.ts";
 
@@ -485,8 +486,8 @@ function pageBuilder(
       ? markdown.replaceAll(API_REFERENCE_MARK, apiReference ??= buildApiReference())
       : markdown;
   return (file, text, path, markdownPath) => {
-    const markdown = memo(() => withReference(text));
-    const meta = memo((): PageMeta => {
+    const markdown = once(() => withReference(text));
+    const meta = once((): PageMeta => {
       const head = blocksBeforeReference(text);
       const title = head === undefined ? undefined : titleOf(head);
       const summary = head === undefined ? undefined : summaryOf(head);
@@ -498,7 +499,7 @@ function pageBuilder(
         markdownUrl: config.baseUrl + markdownPath,
       };
     });
-    const html = memo(() => renderPage(render(file, markdown), meta(), site));
+    const html = once(() => renderPage(render(file, markdown), meta(), site));
     return {
       get meta() {
         return meta();
@@ -511,12 +512,6 @@ function pageBuilder(
       },
     };
   };
-}
-
-/** `build()` on the first call, its value ever after. */
-function memo<T>(build: () => T): () => T {
-  let built: { value: T } | undefined;
-  return () => (built ??= { value: build() }).value;
 }
 
 /** The Platform document (spec section 3) of a configuration. */

@@ -14,7 +14,8 @@ import type { HeaderField } from "../http/message.ts";
 import { type Encoding, memoize, preferredEncoding, preferredType } from "../http/negotiate.ts";
 import { STATUS } from "../http/message.ts";
 import type { Site } from "../pages/layout.ts";
-import { ALLOWED_METHODS, COMMON_FIELDS, once, type Route } from "../routes.ts";
+import { once } from "../once.ts";
+import { ALLOWED_METHODS, COMMON_FIELDS, type Route } from "../routes.ts";
 import type { Representation } from "../http/representation.ts";
 import {
   createErrorRenderer,
