@@ -10,6 +10,13 @@
  * mode, and asserts what `local-first` promises: no request waits for the store, (a) within 60 to
  * `60 + overshootBound`, (b) within the bound, at most 0.1 round trips per request.
  *
+ * The bound of (a) assumes that timers fire on time: a sync starts `syncMs` after the last and a
+ * reply is handled when it arrives. On a machine busy with other work they fire late, a hit stays
+ * unseen longer and the open-loop sender catches up in bursts, so (a) is checked against the same
+ * formula with what happened: every leg of the staleness lengthened by the event loop's worst
+ * lateness during the scenario, and the requests counted that were actually sent to one instance
+ * within that time. On an idle machine that is the nominal bound.
+ *
  * @module
  */
 
@@ -55,6 +62,10 @@ interface Figures {
   p50Ms: number;
   p99Ms: number;
   admittedA: number;
+  /** (a)'s bound from what happened: see {@linkcode observedBoundA}. */
+  boundA: number;
+  /** The event loop's worst lateness during (a), in ms. */
+  lagA: number;
   admittedB: number;
   roundTripsPerRequest: number;
 }
@@ -90,24 +101,90 @@ function percentile(values: number[], p: number): number {
   return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]! * 10) / 10;
 }
 
+/** What (a) did: admissions, latencies, and when each request went to which instance. */
+interface ScenarioA {
+  admitted: number;
+  latencies: number[];
+  /** The times (ms, `performance.now()`) at which requests were sent, per instance. */
+  sentAt: [number[], number[]];
+}
+
 /** (a): one caller alternating over instances 0 and 1, open loop, at 50 requests/s. */
-async function scenarioA(
-  instances: Instance[],
-  caller: string,
-): Promise<{ admitted: number; latencies: number[] }> {
+async function scenarioA(instances: Instance[], caller: string): Promise<ScenarioA> {
   const sent: Promise<[boolean, number]>[] = [];
+  const sentAt: [number[], number[]] = [[], []];
   const start = performance.now();
   for (let i = 0; i < SCENARIO_A_REQUESTS; i++) {
     const due = start + (i * 1000) / RATE_PER_SECOND;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    sentAt[i % 2]!.push(performance.now());
     sent.push(send(instances[i % 2]!, caller));
   }
   const results = await Promise.all(sent);
   return {
     admitted: results.filter(([ok]) => ok).length,
     latencies: results.map(([, ms]) => ms),
+    sentAt,
   };
+}
+
+/** How often the lag monitor's timer is due, in ms. */
+const LAG_TICK_MS = 5;
+
+/**
+ * Runs `run` while a timer due every {@linkcode LAG_TICK_MS} records how late it fires: the event
+ * loop's worst lateness over the run, which every sync timer and store reply of the same process
+ * suffers too.
+ */
+async function withLag<T>(run: () => Promise<T>): Promise<{ result: T; lagMs: number }> {
+  let lagMs = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const tick = (due: number) => {
+    timer = setTimeout(() => {
+      lagMs = Math.max(lagMs, performance.now() - due);
+      tick(performance.now() + LAG_TICK_MS);
+    }, LAG_TICK_MS);
+  };
+  tick(performance.now() + LAG_TICK_MS);
+  try {
+    return { result: await run(), lagMs };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The most of `times` (sorted) within any interval `spanMs` long. */
+function mostWithin(times: readonly number[], spanMs: number): number {
+  let most = 0;
+  for (let first = 0, last = 0; last < times.length; last++) {
+    while (times[last]! - times[first]! >= spanMs) first++;
+    most = Math.max(most, last - first + 1);
+  }
+  return most;
+}
+
+/**
+ * {@linkcode overshootBound}'s formula for (a) applied to what happened: the staleness
+ * `2·max(syncMs, rtt) + rtt` with each of its three legs lengthened by the event loop's worst
+ * lateness `lagMs`, and, for the rate, the most requests actually sent to one instance within it.
+ * With no lateness and an even schedule it is `overshootBound`'s own figure.
+ */
+function observedBoundA(sentAt: ScenarioA["sentAt"], lagMs: number): number {
+  const staleMs = 2 * (Math.max(SYNC_MS, RTT_MS) + lagMs) + RTT_MS + lagMs;
+  const unseen = Math.max(...sentAt.map((times) => mostWithin(times, staleMs)));
+  return Math.max(nominalBoundA(), Math.min(LIMIT, unseen));
+}
+
+/** {@linkcode overshootBound} for (a): two instances, 50 requests/s, timers on time. */
+function nominalBoundA(): number {
+  return overshootBound({
+    limit: LIMIT,
+    ratePerSecond: RATE_PER_SECOND,
+    instances: 2,
+    syncMs: SYNC_MS,
+    rttMs: RTT_MS,
+  });
 }
 
 /** (b): 100 concurrent requests of one caller over three instances. */
@@ -151,8 +228,8 @@ async function measure(
   roundTrips: () => Promise<number>,
 ): Promise<Record<Mode, Figures>> {
   const modes = ["exact", "local-first"] as const;
-  const [exactA, localA] = await Promise.all(
-    modes.map((mode, i) => scenarioA(instances[mode], `198.51.100.${i + 1}`)),
+  const { result: [exactA, localA], lagMs } = await withLag(() =>
+    Promise.all(modes.map((mode, i) => scenarioA(instances[mode], `198.51.100.${i + 1}`)))
   );
   const figures = {} as Record<Mode, Figures>;
   for (const mode of modes) {
@@ -171,6 +248,8 @@ async function measure(
       p50Ms: percentile(latencies, 0.5),
       p99Ms: percentile(latencies, 0.99),
       admittedA: a.admitted,
+      boundA: LIMIT + observedBoundA(a.sentAt, lagMs),
+      lagA: Math.round(lagMs * 10) / 10,
       admittedB,
       roundTripsPerRequest: Math.round((trips / loaded.requests) * 1000) / 1000,
     };
@@ -182,13 +261,6 @@ async function measure(
 
 /** What `local-first` promises, and what `exact` keeps. */
 function assertFigures({ exact, "local-first": localFirst }: Record<Mode, Figures>): void {
-  const boundA = overshootBound({
-    limit: LIMIT,
-    ratePerSecond: RATE_PER_SECOND,
-    instances: 2,
-    syncMs: SYNC_MS,
-    rttMs: RTT_MS,
-  });
   const boundB = overshootBound({
     limit: LIMIT,
     ratePerSecond: Infinity,
@@ -198,8 +270,10 @@ function assertFigures({ exact, "local-first": localFirst }: Record<Mode, Figure
   });
   assert.ok(exact.p50Ms >= RTT_MS, `exact waits for the store: p50 ${exact.p50Ms} ms`);
   assert.ok(
-    localFirst.admittedA >= LIMIT && localFirst.admittedA <= LIMIT + boundA,
-    `(a) admitted ${localFirst.admittedA}, bound ${LIMIT + boundA}`,
+    localFirst.admittedA >= LIMIT && localFirst.admittedA <= localFirst.boundA,
+    `(a) admitted ${localFirst.admittedA}, bound ${localFirst.boundA} (${
+      LIMIT + nominalBoundA()
+    } with timers on time; the event loop was up to ${localFirst.lagA} ms late)`,
   );
   assert.ok(
     localFirst.admittedB <= LIMIT + boundB,
