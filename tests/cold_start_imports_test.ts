@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { denoInfo, ROOT } from "./_deno_info.ts";
 import { startService } from "./_service_process.ts";
-import { startTaskFlags } from "./bench/_start_task.ts";
+import { startTaskArgs, startTaskEntry } from "./bench/_start_task.ts";
 
 /**
  * Every module main.ts reaches through static (non-type) imports only: local ones as their path
@@ -193,12 +193,13 @@ interface TaskProcess {
 const TASK_START_WAIT_MS = 30_000;
 
 /**
- * Runs `deno run <deno task start's flags> main.ts --listen` from the project's folder (its
- * `--allow-read` paths are relative to it) on a free port, and waits until it logs that it listens.
+ * Builds what `deno task start` builds, then runs what it runs (`deno run <flags>
+ * dist/app/main.js --listen`) from the project's folder (its `--allow-read` paths are relative to
+ * it) on a free port, and waits until it logs that it listens.
  */
 async function startAsTask(env: Record<string, string>): Promise<TaskProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", ...startTaskFlags(), "main.ts", "--listen"],
+    args: startTaskArgs(),
     cwd: ROOT,
     env: {
       PORT: "0",
@@ -302,3 +303,73 @@ Deno.test("with exactly deno task start's permissions, what main.ts imports on d
     await service.stop();
   }
 });
+
+// `deno task start` runs main.ts bundled (`deno task build`: `deno bundle`, README "Cold start"): the
+// same service in six modules of JavaScript instead of 27 of TypeScript. It must answer byte for byte
+// as main.ts does, `static/` found from the bundle's folder as from lib/pages/.
+Deno.test("the bundle deno task start runs answers every path with the bytes, ETags and fields main.ts answers", async () => {
+  const env = { ACCESS_LOG: "false", PUBLIC_BASE_URL: "https://discovery.example.com" };
+  const bundle = await startAsTask(env);
+  const source = await startService(env);
+  try {
+    const paths = [
+      "/api/v1/platform",
+      "/",
+      "/developers",
+      "/developers/deprecation-policy",
+      "/developers/deprecation-policy.md",
+      "/openapi.json",
+      "/llms.txt",
+      "/robots.txt",
+      "/.well-known/api-catalog",
+      "/style.css",
+      "/favicon.svg",
+      "/missing",
+    ];
+    for (const path of paths) {
+      for (const accept of ["*/*", "text/markdown"]) {
+        const get = async (base: string) => {
+          const response = await fetch(`${base}${path}`, {
+            headers: { accept, "accept-encoding": "identity" },
+          });
+          const fields = [...response.headers].filter(([name]) => !name.startsWith("ratelimit"))
+            .filter(([name]) => name !== "date");
+          return { status: response.status, fields, body: await response.text() };
+        };
+        assert.deepEqual(await get(bundle.url), await get(source.url), `${path}, ${accept}`);
+      }
+    }
+  } finally {
+    await bundle.stop();
+    await source.stop();
+  }
+});
+
+Deno.test("the bundle leaves every npm package main.ts imports to Deno, by name, as main.ts does", async () => {
+  startTaskArgs();
+  const info = await denoInfo();
+  const packages = [
+    ...new Set(
+      info.modules.map((module) => module.specifier).filter((specifier) =>
+        specifier.startsWith("npm:")
+      ).map(npmPackageName),
+    ),
+  ].sort();
+  assert.ok(packages.includes("negotiator"), `npm packages found: ${packages.join(", ")}`);
+  const folder = new URL(`../${startTaskEntry().replace(/[^/]+$/, "")}`, import.meta.url);
+  let code = "";
+  for await (const entry of Deno.readDir(folder)) {
+    if (entry.name.endsWith(".js")) code += await Deno.readTextFile(new URL(entry.name, folder));
+  }
+  const imported = packages.filter((name) =>
+    code.includes(`from "${name}"`) || code.includes(`import("${name}")`)
+  );
+  assert.deepEqual(imported, packages, "an npm package was copied into the bundle");
+});
+
+/** `negotiator` of `npm:/negotiator@1.0.0/index.js`, `@redis/client` of `npm:/@redis/client@6.3.1`. */
+function npmPackageName(specifier: string): string {
+  const segments = specifier.replace(/^npm:\/?/, "").split("/");
+  const name = segments[0]!.startsWith("@") ? `${segments[0]}/${segments[1]}` : segments[0]!;
+  return name.replace(/(.)@.*$/, "$1");
+}
