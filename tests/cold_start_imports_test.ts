@@ -305,7 +305,7 @@ Deno.test("with exactly deno task start's permissions, what main.ts imports on d
 });
 
 // `deno task start` runs main.ts bundled (`deno task build`: `deno bundle`, README "Cold start"): the
-// same service in six modules of JavaScript instead of 27 of TypeScript. It must answer byte for byte
+// same service in five modules of JavaScript instead of 27 of TypeScript. It must answer byte for byte
 // as main.ts does, `static/` found from the bundle's folder as from lib/pages/.
 Deno.test("the bundle deno task start runs answers every path with the bytes, ETags and fields main.ts answers", async () => {
   const env = { ACCESS_LOG: "false", PUBLIC_BASE_URL: "https://discovery.example.com" };

@@ -25,7 +25,11 @@ import { once } from "../once.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 import type { Prerendered } from "./prerender.ts";
 
-/** The folder holding the operator's content, found next to the code (works in a compiled binary). */
+/**
+ * The folder holding the operator's content, found next to the code: two folders above this module,
+ * whether it is `lib/pages/` in the source (and a compiled binary) or `dist/app/` in the bundle that
+ * `deno task start` runs.
+ */
 export const STATIC_DIR: string = staticDir(import.meta.dirname);
 
 /**
