@@ -69,13 +69,18 @@ export function startTaskEntry(task: string = denoJson.tasks.start): string {
   return run[entryIndex(run)]!;
 }
 
+/** The tasks {@linkcode prepareStartTask} has run in this process. */
+const ran = new Set<string>();
+
 /**
  * Runs what `deno task start` runs before the service (`deno task build`: the bundle), in the
- * project's folder; throws with its output if one fails.
+ * project's folder, once per process (a benchmark that starts several services must not rebuild
+ * under the ones running); throws with its output if one fails.
  */
 export function prepareStartTask(task: string = denoJson.tasks.start): void {
   const root = new URL("../../", import.meta.url);
   for (const name of parseStartTask(task).before) {
+    if (ran.has(name)) continue;
     const { success, stderr } = new Deno.Command(Deno.execPath(), {
       args: ["task", "--quiet", name],
       cwd: root,
@@ -85,6 +90,7 @@ export function prepareStartTask(task: string = denoJson.tasks.start): void {
     if (!success) {
       throw new Error(`deno task ${name} failed:\n${new TextDecoder().decode(stderr)}`);
     }
+    ran.add(name);
   }
 }
 
