@@ -11,7 +11,7 @@
 
 import type { Config } from "./config.ts";
 import type { HeaderField } from "./http/message.ts";
-import type { Content, Page } from "./pages/content.ts";
+import type { Content, Page, PageFile } from "./pages/content.ts";
 import { once } from "./once.ts";
 import {
   API_CATALOG_PATH,
@@ -117,7 +117,7 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
     "application/json",
     discovery,
   );
-  const developers = pageRoute(content.developers, content);
+  const developers = pageRoute(content.developers, content, "developers.md");
   const openapi = textRoute(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as route fields.
@@ -129,10 +129,13 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
   );
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
-    ["/", pageRoute(content.home, content)],
+    ["/", pageRoute(content.home, content, "index.md")],
     ["/developers", developers],
     ["/api", developers],
-    ["/developers/deprecation-policy", pageRoute(content.deprecationPolicy, content)],
+    [
+      "/developers/deprecation-policy",
+      pageRoute(content.deprecationPolicy, content, "deprecation-policy.md"),
+    ],
     [
       "/developers/deprecation-policy.md",
       textRoute(TYPES.markdown, () => content.deprecationPolicy.markdown),
@@ -242,7 +245,7 @@ function negotiatedRoute(
  * alternate and the OpenAPI description in `Link` too, the same links as their `<link>` elements
  * (RFC 8288), for clients that read headers only (HEAD).
  */
-function pageRoute(page: Page, content: Content): Route {
+function pageRoute(page: Page, content: Content, file: PageFile): Route {
   return negotiatedRoute(
     lazyRepresentation(TYPES.html, () => page.html, () => [
       NEGOTIATED,
@@ -252,6 +255,6 @@ function pageRoute(page: Page, content: Content): Route {
     lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
     "text/html",
     [],
-    content.prepareMarkdown,
+    () => content.prepareMarkdown(file),
   );
 }

@@ -10,8 +10,9 @@
  */
 
 import assert from "node:assert/strict";
-import { denoInfo } from "./_deno_info.ts";
+import { denoInfo, ROOT } from "./_deno_info.ts";
 import { startService } from "./_service_process.ts";
+import { startTaskArgs, startTaskEntry } from "./bench/_start_task.ts";
 
 /**
  * Every module main.ts reaches through static (non-type) imports only: local ones as their path
@@ -180,3 +181,201 @@ Deno.test("a fresh service's first request with weighted Accept fields waits for
     await service.stop();
   }
 });
+
+/** A service started exactly as `deno task start` starts it, with every line it wrote on stderr. */
+interface TaskProcess {
+  url: string;
+  lines: string[];
+  stop(): Promise<void>;
+}
+
+/** How long a test waits for a service started as `deno task start` (an empty cache transpiles). */
+const TASK_START_WAIT_MS = 30_000;
+
+/**
+ * Builds what `deno task start` builds, then runs what it runs (`deno run <flags>
+ * dist/app/main.js --listen`) from the project's folder (its `--allow-read` paths are relative to
+ * it) on a free port, and waits until it logs that it listens.
+ */
+async function startAsTask(env: Record<string, string>): Promise<TaskProcess> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: startTaskArgs(),
+    cwd: ROOT,
+    env: {
+      PORT: "0",
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "http://127.0.0.1",
+      NO_COLOR: "1",
+      ...env,
+    },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const lines: string[] = [];
+  const reading = (async () => {
+    let pending = "";
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      const parts = (pending + chunk).split("\n");
+      pending = parts.pop()!;
+      lines.push(...parts);
+    }
+  })();
+  const stop = async () => {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already gone */ }
+    await child.status;
+    await reading;
+  };
+  const deadline = Date.now() + TASK_START_WAIT_MS;
+  for (;;) {
+    const listening = lines.map(parseEvent).find((event) => event?.message === "listening");
+    if (listening) return { url: String(listening.address).replace(/\/$/, ""), lines, stop };
+    if (Date.now() > deadline) {
+      await stop();
+      assert.fail(
+        `the service did not listen within ${TASK_START_WAIT_MS} ms:\n${lines.join("\n")}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+function parseEvent(line: string): Record<string, unknown> | undefined {
+  try {
+    return JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A loopback URL on which nothing listens (a port just released). */
+function closedLoopbackUrl(): string {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr;
+  listener.close();
+  return `http://127.0.0.1:${port}/`;
+}
+
+// Deno reads, and resolves, every statically analysable dynamic import when it builds the graph at
+// start-up, unless told to wait for the import (`--unstable-lazy-dynamic-imports`, which
+// `deno task start` passes): the modules main.ts imports on demand and the npm packages behind them
+// (negotiator, marked, the Redis client) were read and resolved before main.ts ran (README, "Cold
+// start"). An empty Deno cache and an unreachable npm registry make that visible: Deno then says
+// "Download" for each package it resolves.
+Deno.test("deno task start resolves no npm package before its first responses: an empty Deno cache and an unreachable registry do not reach them", async () => {
+  const cache = await Deno.makeTempDir({ prefix: "discovery-empty-deno-dir-" });
+  const service = await startAsTask({ DENO_DIR: cache, NPM_CONFIG_REGISTRY: closedLoopbackUrl() });
+  try {
+    for (const path of ["/api/v1/platform", "/"]) {
+      const response = await fetch(`${service.url}${path}`);
+      await response.body?.cancel();
+      assert.equal(response.status, 200, path);
+    }
+    const downloads = service.lines.filter((line) => /download/i.test(line));
+    assert.deepEqual(downloads, [], "resolved npm packages before the first responses");
+  } finally {
+    await service.stop();
+    await Deno.remove(cache, { recursive: true });
+  }
+});
+
+Deno.test("with exactly deno task start's permissions, what main.ts imports on demand loads: the warm-up builds every representation and negotiator answers a weighted Accept", async () => {
+  const service = await startAsTask({ ACCESS_LOG: "false" });
+  try {
+    const response = await fetch(`${service.url}/api/v1/platform`, {
+      headers: { accept: "application/json;q=0.5, text/markdown;q=0.9" },
+    });
+    await response.body?.cancel();
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get("content-type") ?? "", /^text\/markdown/);
+    const deadline = Date.now() + WARM_UP_WAIT_MS;
+    const events = () => service.lines.map(parseEvent).filter((event) => event !== undefined);
+    while (!events().some((event) => event.message === "warmed up: every representation built")) {
+      const failed = events().filter((event) => event.level === "error");
+      assert.deepEqual(failed, [], "the warm-up failed");
+      assert.ok(Date.now() < deadline, `the warm-up did not finish:\n${service.lines.join("\n")}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual(events().filter((event) => event.level === "error"), []);
+  } finally {
+    await service.stop();
+  }
+});
+
+// `deno task start` runs main.ts bundled (`deno task build`: `deno bundle`, README "Cold start"): the
+// same service in five modules of JavaScript instead of 27 of TypeScript. It must answer byte for byte
+// as main.ts does, `static/` found from the bundle's folder as from lib/pages/.
+Deno.test("the bundle deno task start runs answers every path with the bytes, ETags and fields main.ts answers", async () => {
+  const env = { ACCESS_LOG: "false", PUBLIC_BASE_URL: "https://discovery.example.com" };
+  const bundle = await startAsTask(env);
+  const source = await startService(env);
+  try {
+    const paths = [
+      "/api/v1/platform",
+      "/",
+      "/developers",
+      "/developers/deprecation-policy",
+      "/developers/deprecation-policy.md",
+      "/openapi.json",
+      "/llms.txt",
+      "/robots.txt",
+      "/.well-known/api-catalog",
+      "/style.css",
+      "/favicon.svg",
+      "/missing",
+    ];
+    for (const path of paths) {
+      for (const accept of ["*/*", "text/markdown"]) {
+        const get = async (base: string) => {
+          const response = await fetch(`${base}${path}`, {
+            headers: { accept, "accept-encoding": "identity" },
+          });
+          const fields = [...response.headers].filter(([name]) => !name.startsWith("ratelimit"))
+            .filter(([name]) => name !== "date");
+          return { status: response.status, fields, body: await response.text() };
+        };
+        assert.deepEqual(await get(bundle.url), await get(source.url), `${path}, ${accept}`);
+      }
+    }
+  } finally {
+    await bundle.stop();
+    await source.stop();
+  }
+});
+
+Deno.test("the bundle leaves every npm package main.ts imports to Deno, by name, as main.ts does", async () => {
+  startTaskArgs();
+  const info = await denoInfo();
+  const packages = [
+    ...new Set(
+      info.modules.map((module) => module.specifier).filter((specifier) =>
+        specifier.startsWith("npm:")
+      ).map(npmPackageName),
+    ),
+  ].sort();
+  assert.ok(packages.includes("negotiator"), `npm packages found: ${packages.join(", ")}`);
+  // Every chunk the bundle's entry reaches, statically or not (a folder may keep older builds').
+  const chunks = new Set([new URL(`../${startTaskEntry()}`, import.meta.url).href]);
+  let code = "";
+  for (const chunk of chunks) {
+    const text = await Deno.readTextFile(new URL(chunk));
+    code += text;
+    for (const [, relative] of text.matchAll(/(?:from |import\()"(\.\.?\/[^"]+)"/g)) {
+      chunks.add(new URL(relative!, chunk).href);
+    }
+  }
+  assert.ok(chunks.size > 5, `chunks reached: ${chunks.size}`);
+  const imported = packages.filter((name) =>
+    code.includes(`from "${name}"`) || code.includes(`import("${name}")`)
+  );
+  assert.deepEqual(imported, packages, "an npm package was copied into the bundle");
+});
+
+/** `negotiator` of `npm:/negotiator@1.0.0/index.js`, `@redis/client` of `npm:/@redis/client@6.3.1`. */
+function npmPackageName(specifier: string): string {
+  const segments = specifier.replace(/^npm:\/?/, "").split("/");
+  const name = segments[0]!.startsWith("@") ? `${segments[0]}/${segments[1]}` : segments[0]!;
+  return name.replace(/(.)@.*$/, "$1");
+}

@@ -25,7 +25,11 @@ import { once } from "../once.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 import type { Prerendered } from "./prerender.ts";
 
-/** The folder holding the operator's content, found next to the code (works in a compiled binary). */
+/**
+ * The folder holding the operator's content, found next to the code: two folders above this module,
+ * whether it is `lib/pages/` in the source (and a compiled binary) or `dist/app/` in the bundle that
+ * `deno task start` runs.
+ */
 export const STATIC_DIR: string = staticDir(import.meta.dirname);
 
 /**
@@ -79,10 +83,11 @@ export interface Content {
   /** The rendered layout, for pages built elsewhere (the 404 page). */
   site: Site;
   /**
-   * Loads the Markdown renderer (`marked`, imported on first call only). A page's `html` can be read
-   * once this has resolved; until then reading it throws.
+   * Prepares page `file` (every page when omitted) for rendering: its build-time rendering when that
+   * applies, else the Markdown renderer (`marked`, imported on first need only). A page's `html` can
+   * be read once this has resolved for it; until then reading it throws.
    */
-  prepareMarkdown: () => Promise<void>;
+  prepareMarkdown: (file?: PageFile) => Promise<void>;
 }
 
 /** The outcome of {@linkcode loadContent}. */
@@ -409,42 +414,62 @@ export function apiReferenceOf(
 type RenderPage = (file: PageFile, markdown: () => string) => string;
 
 /**
- * The pages' renderer. `prepare` imports the prerendered pages (`prerendered.json`) and keeps each
- * page's HTML filled with `values` when its sources' digest matches and every value is plain
- * (`prerender.ts`), and the API reference's Markdown likewise; only when a page is left over does
- * it import `marked` (README, "Cold start"). `render` throws until `prepare` has resolved;
+ * The pages' renderer. `prepare(file)` imports the prerendered pages (`prerendered.json`) and keeps
+ * that page's HTML filled with `values` when its sources' digest matches and every value is plain
+ * (`prerender.ts`), and, for a page holding the API reference, the reference's Markdown likewise;
+ * only when the page is left over does it import `marked` (README, "Cold start"). Each page is
+ * prepared on its own, so that the first request of `/` digests and fills `index.md` only, not the
+ * API reference and `openapi.json`. `render` throws until `prepare` has resolved for the page;
  * `apiReference` is `undefined` until then, or when the reference must be generated.
  */
 function pageRenderer(
   sources: Readonly<Record<PageFile, string[]> & { "openapi.json": string }>,
   values: Readonly<Record<string, string>>,
-): { prepare: () => Promise<void>; render: RenderPage; apiReference: () => string | undefined } {
+): {
+  prepare: (file?: PageFile) => Promise<void>;
+  render: RenderPage;
+  apiReference: () => string | undefined;
+} {
   const prerendered = new Map<PageFile, string>();
   let apiReference: string | undefined;
   let renderer: ((markdown: string) => string) | undefined;
-  let loading: Promise<void> | undefined;
-  const load = async () => {
-    // Imported here, not statically: a first response that is no page loads neither.
-    const [{ default: generated }, { fillTemplate, sourceDigest }] = await Promise.all([
+  // Imported when a page is first prepared, not statically: a first response that is no page
+  // loads neither.
+  const modules = once(async () => {
+    const [{ default: generated }, prerender] = await Promise.all([
       import("./prerendered.json", { with: { type: "json" } }),
       import("./prerender.ts"),
     ]);
-    const { pages = {}, apiReference: reference } = generated as unknown as Partial<Prerendered>;
-    if (reference?.digest === await sourceDigest([sources["openapi.json"]])) {
-      apiReference = fillTemplate(reference.parts, values);
+    return { generated: generated as unknown as Partial<Prerendered>, ...prerender };
+  });
+  const reference = once(async () => {
+    const { generated, fillTemplate, sourceDigest } = await modules();
+    const template = generated.apiReference;
+    if (template?.digest === await sourceDigest([sources["openapi.json"]])) {
+      apiReference = fillTemplate(template.parts, values);
     }
-    for (const file of PAGE_FILES) {
-      const page = pages[file];
-      if (page === undefined || page.digest !== await sourceDigest(sources[file])) continue;
-      const html = fillTemplate(page.parts, values);
+  });
+  const preparePage = (file: PageFile) =>
+    once(async () => {
+      const { generated, fillTemplate, sourceDigest } = await modules();
+      const page = generated.pages?.[file];
+      // A page holding the API reference (its sources include openapi.json) needs it too.
+      const [digest] = await Promise.all([
+        page === undefined ? undefined : sourceDigest(sources[file]),
+        sources[file].length > 1 ? reference() : undefined,
+      ]);
+      const html = page !== undefined && page.digest === digest
+        ? fillTemplate(page.parts, values)
+        : undefined;
       if (html !== undefined) prerendered.set(file, html);
-    }
-    if (prerendered.size < PAGE_FILES.length) {
-      renderer = (await import("./markdown.ts")).markdownRenderer();
-    }
-  };
+      else renderer ??= (await import("./markdown.ts")).markdownRenderer();
+    });
+  const prepared = new Map(PAGE_FILES.map((file) => [file, preparePage(file)]));
   return {
-    prepare: () => loading ??= load(),
+    prepare: (file) =>
+      file === undefined
+        ? Promise.all(PAGE_FILES.map((each) => prepared.get(each)!())).then(() => {})
+        : prepared.get(file)!(),
     apiReference: () => apiReference,
     render: (file, markdown) => {
       const html = prerendered.get(file);

@@ -1,7 +1,7 @@
 /**
- * The cold-start benchmark: from process spawn to the first 200, for the service (`main.ts --listen`,
- * as `deno task start` runs it) against a hello-world `Deno.serve` started the same way, on the same
- * machine, in the same run.
+ * The cold-start benchmark: from process spawn to the first 200, for the service as `deno task start`
+ * runs it (the bundle that `deno task build` writes, `dist/app/main.js --listen`, built once first)
+ * against a hello-world `Deno.serve` started the same way, on the same machine, in the same run.
  *
  * Run with `deno task bench:cold`. Options: `--runs 10` (pairs, at most 50), `--path
  * /api/v1/platform` (repeatable: each path is measured in its own pairs). Each run spawns a fresh

@@ -188,3 +188,32 @@ Deno.test("loadContent() loads the pages' renderer only when asked: a page's HTM
   await result.content.prepareMarkdown();
   assert.match(home.html, /<!doctype html>/i);
 });
+
+// A cold start's first request of `/` waits for its page only (README, "Cold start"): not for the
+// digest of openapi.json (87 KB, twice: the API reference's sources and /developers') nor for filling
+// the other pages' templates.
+Deno.test("preparing one page digests and fills that page only: / does not wait for openapi.json or the other pages", async () => {
+  const result = loadContent(config());
+  if (!result.ok) assert.fail(result.errors.join("\n"));
+  const content = result.content;
+  const digested: number[] = [];
+  const digest = crypto.subtle.digest;
+  crypto.subtle.digest = function (algorithm, data) {
+    digested.push((data as Uint8Array).byteLength);
+    return digest.call(this, algorithm, data);
+  };
+  try {
+    await content.prepareMarkdown("index.md");
+  } finally {
+    crypto.subtle.digest = digest;
+  }
+  const index = new TextEncoder().encode(realFiles()["index.md"]!).byteLength;
+  assert.deepEqual(digested, [index], "what was digested to prepare /");
+  assert.match(content.home.html, /<main/);
+  assert.throws(() => content.developers.html, /before its renderer was loaded/);
+  assert.throws(() => content.deprecationPolicy.html, /before its renderer was loaded/);
+  await content.prepareMarkdown("developers.md");
+  assert.match(content.developers.html, /<main/);
+  await content.prepareMarkdown();
+  assert.match(content.deprecationPolicy.html, /<main/);
+});
