@@ -1,8 +1,9 @@
 /**
- * main.ts run as Deno Deploy runs it: `deno run` with every permission on the entrypoint and
- * arguments of deno.json's `deploy` configuration, the platform's predefined variables, the address in
- * `DENO_SERVE_ADDRESS`, the client address passed by the runtime (`x-deno-client-address` with
- * `DENO_TRUST_PROXY_HEADERS=1`), and SIGINT to stop, with a kill 5 s later.
+ * main.ts run as Deno Deploy runs it: the build command of deno.json's `deploy` configuration (the
+ * bundle of main.ts), then `deno run` with every permission on its entrypoint and arguments, the
+ * platform's predefined variables, the address in `DENO_SERVE_ADDRESS`, the client address passed
+ * by the runtime (`x-deno-client-address` with `DENO_TRUST_PROXY_HEADERS=1`), and SIGINT to stop,
+ * with a kill 5 s later.
  *
  * @module
  */
@@ -14,11 +15,29 @@ import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 
-/** deno.json's `deploy.runtime`: what Deploy executes. */
-const RUNTIME = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).deploy.runtime as {
-  entrypoint: string;
-  args?: string[];
+/** deno.json's `deploy` configuration: what Deploy's build stage runs, and what it executes. */
+const DEPLOY = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).deploy as {
+  build?: string;
+  runtime: { entrypoint: string; args?: string[] };
 };
+const RUNTIME = DEPLOY.runtime;
+
+/**
+ * Runs deno.json's `deploy.build` in the project's folder, as Deploy's build stage runs the shell
+ * command (`deno task build`: the bundle the entrypoint names), with this test's `deno`.
+ */
+function buildAsDeploy(): void {
+  if (DEPLOY.build === undefined) return;
+  const [command, ...args] = DEPLOY.build.trim().split(/\s+/);
+  assert.equal(command, "deno", `deploy.build runs something other than deno: ${DEPLOY.build}`);
+  const { success, stderr } = new Deno.Command(Deno.execPath(), {
+    args,
+    cwd: ROOT,
+    stdout: "null",
+    stderr: "piped",
+  }).outputSync();
+  assert.ok(success, `deploy.build failed: ${new TextDecoder().decode(stderr)}`);
+}
 
 function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -40,6 +59,7 @@ async function* lines(stream: ReadableStream<Uint8Array<ArrayBuffer>>): AsyncGen
 }
 
 Deno.test("main.ts serves on Deno Deploy: the platform's address, per-client budgets, and a SIGINT that loses nothing", async () => {
+  buildAsDeploy();
   const port = freePort();
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", RUNTIME.entrypoint, ...(RUNTIME.args ?? [])],
