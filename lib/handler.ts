@@ -116,6 +116,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   const onError = options.onError;
 
   const answer = answerWith(cache, choose);
+  const routeOf = lastRouteFirst(templates.routes);
 
   const handle = (
     request: Request,
@@ -123,12 +124,14 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     started: number,
     path: string,
   ): Response | Promise<Response> => {
-    const route = templates.routes.get(path);
+    const route = routeOf(path);
     // A page's first request waits for the Markdown renderer to load (once per process).
     if (route !== undefined && !route.ready) {
       return route.prepare().then(() => handle(request, key, started, path));
     }
-    if (isCorsPreflight(request.method, request.headers)) {
+    const method = request.method;
+    // The method first: a request that is not OPTIONS never asks for its headers here.
+    if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
       const preflight = (route ?? templates.unknownPath).preflight;
       const granted = preflightDecision(store.peek(key, started));
       return granted instanceof Promise
@@ -168,6 +171,24 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     return result;
   };
   return withReady(handler, templates);
+}
+
+/**
+ * A look-up in the route table that answers the path of the previous request without hashing:
+ * nearly every request in a row names the same path, and a path read from a request is a new
+ * string each time, whose hash the map would compute first.
+ */
+function lastRouteFirst(
+  routes: ReadonlyMap<string, RouteTemplates>,
+): (path: string) => RouteTemplates | undefined {
+  let lastPath: string | undefined;
+  let lastRoute: RouteTemplates | undefined;
+  return (path) => {
+    if (path === lastPath) return lastRoute;
+    lastRoute = routes.get(path);
+    lastPath = path;
+    return lastRoute;
+  };
 }
 
 /**

@@ -180,8 +180,14 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding {
 export function memoize<R>(negotiate: (value: string | null) => R): (value: string | null) => R {
   const memo = new Map<string, R>();
   let none: { value: R } | undefined;
+  // The value answered last, checked before the map: nearly every request of a client sends the
+  // same value, and comparing it costs less than hashing it for the map (a value read from a
+  // request is a new string each time, whose hash V8 has not computed yet).
+  let lastValue: string | undefined;
+  let lastResult: R | undefined;
   return (value) => {
     if (value === null) return (none ??= { value: negotiate(null) }).value;
+    if (value === lastValue) return lastResult!;
     // Header values can be tens of kilobytes: remembering long ones would let callers fill memory
     // by size rather than by count. Real Accept values are short, so nothing is lost.
     if (value.length > MEMO_MAX_LENGTH) return negotiate(value);
@@ -192,6 +198,8 @@ export function memoize<R>(negotiate: (value: string | null) => R): (value: stri
       if (memo.size >= MEMO_LIMIT) memo.clear();
       memo.set(value, result);
     }
+    lastValue = value;
+    lastResult = result;
     return result;
   };
 }

@@ -256,6 +256,21 @@ export function keyOfIp(bytes: IpBytes): string {
  * ```
  */
 export function ipv4Value(key: string): number | undefined {
+  // A request's key is parsed twice in a row (by the caller key, then by the store's table): the
+  // second time it is the very same string, answered by one comparison.
+  if (key === lastIpv4Key) return lastIpv4Value;
+  const value = parseIpv4Value(key);
+  lastIpv4Key = key;
+  lastIpv4Value = value;
+  return value;
+}
+
+/** The text {@linkcode ipv4Value} parsed last, and its answer. */
+let lastIpv4Key = "";
+let lastIpv4Value: number | undefined;
+
+/** {@linkcode ipv4Value} without the memo. */
+function parseIpv4Value(key: string): number | undefined {
   const length = key.length;
   if (length < 7 || length > 15) return undefined;
   let value = 0;
@@ -322,6 +337,11 @@ function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): st
   return NO_ADDRESS_KEY;
 }
 
+/** What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. */
+class PeerFacts {
+  constructor(readonly key: string, readonly trusted: boolean) {}
+}
+
 /** Most peer addresses a {@linkcode createCallerKey} function remembers; beyond it it starts again. */
 const PEER_MEMO_LIMIT = 4096;
 
@@ -345,22 +365,28 @@ export function createCallerKey(
   if (options.trustedProxies.ranges.length === 0) {
     return (headers, info) => callerKey(headers, info, options);
   }
-  const peers = new Map<string, { key: string; trusted: boolean }>();
+  const peers = new Map<string, PeerFacts>();
   const xff = options.forwardedHeader === "x-forwarded-for";
+  // The peer of the last request, checked before the map: behind a proxy nearly every request
+  // comes from the same few peers, and a comparison costs less than hashing a new string.
+  let lastHostname = "";
+  let lastPeer: PeerFacts | undefined;
   return (headers, info) => {
     const addr = info.remoteAddr;
     if (!("hostname" in addr)) return noAddressKey(headers, options);
     const hostname = addr.hostname;
-    let peer = peers.get(hostname);
+    let peer = hostname === lastHostname ? lastPeer : peers.get(hostname);
     if (peer === undefined) {
       const parsed = parseIp(hostname);
       const bytes = parsed && unmapIpv4(parsed);
       peer = bytes
-        ? { key: keyOfIp(bytes), trusted: cidrSetHas(options.trustedProxies, bytes) }
-        : { key: hostname, trusted: false };
+        ? new PeerFacts(keyOfIp(bytes), cidrSetHas(options.trustedProxies, bytes))
+        : new PeerFacts(hostname, false);
       if (peers.size >= PEER_MEMO_LIMIT) peers.clear();
       peers.set(hostname, peer);
     }
+    lastHostname = hostname;
+    lastPeer = peer;
     if (!peer.trusted) return peer.key;
     if (xff) {
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted

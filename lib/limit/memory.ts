@@ -95,6 +95,12 @@ export class MemoryStore implements RateLimitStore {
   readonly #now: () => number;
   readonly #onCapacity: ((tracked: number) => void) | undefined;
   readonly #table: CallerTable;
+  /**
+   * The decision on a caller with nothing in the window, the same at any time: made once and
+   * shared, so that a caller's first request allocates no decision (decisions are never changed
+   * once made).
+   */
+  readonly #first: Decision;
   /** The next entry the sweep visits. */
   #cursor = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -106,6 +112,7 @@ export class MemoryStore implements RateLimitStore {
   /** Creates a store for `policy`. */
   constructor(policy: RateLimitPolicy, options: MemoryStoreOptions = {}) {
     this.#policy = policy;
+    this.#first = decide(0, undefined, Date.now(), policy);
     this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
     this.#now = options.now ?? Date.now;
     this.#onCapacity = options.onCapacity;
@@ -136,14 +143,14 @@ export class MemoryStore implements RateLimitStore {
         this.#evictOldest();
       }
       table.add(now);
-      return decide(0, undefined, now, policy);
+      return this.#first;
     }
     const log = table.logOf(id);
     if (log === undefined) {
       const single = table.time[id]!;
       if (single <= cutoff) {
         table.time[id] = now;
-        return decide(0, undefined, now, policy);
+        return this.#first;
       }
       const decision = decide(1, single, now, policy);
       if (decision.allowed) {

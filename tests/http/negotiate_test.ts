@@ -95,6 +95,22 @@ Deno.test("memoize() computes once per value, including null, and stays bounded"
   assert.equal(f("abcd"), 4);
 });
 
+Deno.test("memoize() answers each value with its own result when values alternate or repeat", () => {
+  let calls = 0;
+  const f = memoize((value) => {
+    calls++;
+    return value === null ? "none" : `got ${value}`;
+  });
+  const sequence = ["a", "a", "b", "a", null, "a", "b", "b", null, "c", "a"];
+  for (const value of sequence) {
+    assert.equal(f(value), value === null ? "none" : `got ${value}`, String(value));
+  }
+  assert.equal(calls, 4, "computed once per distinct value (a, b, null, c)");
+  const long = "x".repeat(300);
+  assert.equal(f(long), `got ${long}`);
+  assert.equal(f("a"), "got a", "a long value in between does not take the last value's place");
+});
+
 Deno.test("memoize() does not remember long values, so memory is bounded by size as well as count", () => {
   let calls = 0;
   const f = memoize((value) => {

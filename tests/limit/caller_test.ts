@@ -13,6 +13,7 @@ import {
   type CallerOptions,
   cidrSetHas,
   createCallerKey,
+  ipv4Value,
   keyOfIp,
   NO_ADDRESS_KEY,
   parseCidrSet,
@@ -322,4 +323,31 @@ Deno.test("on a unix socket with TRUSTED_PROXIES=unix, each forwarded client has
   } finally {
     await served.close();
   }
+});
+
+Deno.test("ipv4Value() answers each text right when texts repeat and alternate (its one-entry memo)", () => {
+  const text = fc.oneof(
+    fc.constantFrom("192.0.2.1", "192.0.2.01", "10.0.0.1", "", "::1", "255.255.255.255"),
+    fc.tuple(
+      fc.integer({ min: 0, max: 300 }),
+      fc.integer({ min: 0, max: 255 }),
+      fc.integer({ min: 0, max: 255 }),
+      fc.integer({ min: 0, max: 255 }),
+    ).map((parts) => parts.join(".")),
+  );
+  const expected = (value: string): number | undefined => {
+    const parts = value.split(".");
+    if (parts.length !== 4 || !parts.every((p) => /^(0|[1-9]\d{0,2})$/.test(p))) return undefined;
+    const numbers = parts.map(Number);
+    if (numbers.some((n) => n > 255)) return undefined;
+    return ((numbers[0]! << 24) | (numbers[1]! << 16) | (numbers[2]! << 8) | numbers[3]!) | 0;
+  };
+  fc.assert(
+    fc.property(fc.array(text, { minLength: 1, maxLength: 20 }), (texts) => {
+      for (const value of [...texts, ...texts.toReversed()]) {
+        assert.equal(ipv4Value(value), expected(value), value);
+        assert.equal(ipv4Value(value), expected(value), `${value}, again`);
+      }
+    }),
+  );
 });

@@ -26,6 +26,15 @@ Deno.test("hit() admits the first request with limit-1 remaining and a full wind
   assert.deepEqual(s.hit("a", T0), { allowed: true, remaining: 59, resetSeconds: 60 });
 });
 
+Deno.test("hit() answers every caller's first request with one shared decision, which nothing changes", () => {
+  const s = store();
+  const first = s.hit("192.0.2.1", T0);
+  assert.equal(s.hit("192.0.2.2", T0 + 5_000), first, "no decision allocated per new caller");
+  assert.equal(s.hit("192.0.2.1", T0 + 60_000), first, "nor for a caller whose window emptied");
+  for (let i = 0; i < 100; i++) s.hit("192.0.2.3", T0 + 70_000 + i);
+  assert.deepEqual(first, { allowed: true, remaining: 59, resetSeconds: 60 });
+});
+
 Deno.test("hit() rejects the 61st request in a window, and does not count it", () => {
   const s = store();
   for (let i = 0; i < 60; i++) {
