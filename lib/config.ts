@@ -78,6 +78,8 @@ export const ENV_NAMES = [
   "RATE_LIMIT_STORE",
   "KV_PATH",
   "REDIS_URL",
+  "REDIS_TYPE",
+  "REDIS_SENTINEL_MASTER",
   "RATE_LIMIT_STORE_TIMEOUT_MS",
   "RATE_LIMIT_ON_STORE_ERROR",
   "RATE_LIMIT_CONSISTENCY",
@@ -223,7 +225,7 @@ function rateLimitSettings(reader: Reader): StoreSettings {
       `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
     );
   }
-  const redisUrl = redisUrlSetting(reader, rateLimitStore === "redis");
+  const redis = redisSettings(reader, rateLimitStore === "redis");
   const rateLimitStoreTimeoutMs = int("RATE_LIMIT_STORE_TIMEOUT_MS", 100, { min: 1, max: 60_000 });
   const rateLimitOnStoreError = oneOf(
     read("RATE_LIMIT_ON_STORE_ERROR"),
@@ -237,7 +239,7 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     rateLimitMaxCallers,
     rateLimitStore,
     kvPath,
-    redisUrl,
+    ...redis,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
     ...consistencySettings(reader),
@@ -259,27 +261,94 @@ function consistencySettings(
   };
 }
 
-/** `REDIS_URL`: a redis:// or rediss:// URL the client accepts; required with the Redis store. */
-function redisUrlSetting({ read, errors }: Reader, required: boolean): string | undefined {
+/** `REDIS_TYPE`, `REDIS_URL` (one URL, or a list for a cluster or Sentinel) and `REDIS_SENTINEL_MASTER`. */
+function redisSettings(
+  reader: Reader,
+  used: boolean,
+): Pick<StoreSettings, "redisUrl" | "redisType" | "redisSentinelMaster"> {
+  const { read, errors } = reader;
+  const redisType = oneOf(
+    read("REDIS_TYPE"),
+    ["single", "cluster", "sentinel"] as const,
+    "REDIS_TYPE",
+    errors,
+  );
+  const redisSentinelMaster = read("REDIS_SENTINEL_MASTER");
+  const redisUrl = redisUrlSetting(reader, used, redisType);
+  if (used && redisType === "sentinel" && redisSentinelMaster === undefined) {
+    errors.push(
+      "REDIS_SENTINEL_MASTER is required with REDIS_TYPE=sentinel: the name the sentinels monitor the primary by (sentinel monitor <name> ...)",
+    );
+  }
+  if (used && redisType !== "sentinel" && redisSentinelMaster !== undefined) {
+    errors.push(
+      `REDIS_SENTINEL_MASTER is set but REDIS_TYPE is ${redisType}: set REDIS_TYPE=sentinel, or unset REDIS_SENTINEL_MASTER`,
+    );
+  }
+  return { redisUrl, redisType, redisSentinelMaster };
+}
+
+/**
+ * `REDIS_URL`: redis:// or rediss:// URLs the client accepts, required with the Redis store; one
+ * for `single`, a comma-separated list of seed nodes or sentinels, reached alike, otherwise.
+ */
+function redisUrlSetting(
+  { read, errors }: Reader,
+  required: boolean,
+  type: StoreSettings["redisType"],
+): string | undefined {
   const redisUrl = read("REDIS_URL");
   if (redisUrl === undefined) {
     if (required) {
       errors.push(
-        "REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://127.0.0.1:6379)",
+        `REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. ${
+          type === "single"
+            ? "redis://127.0.0.1:6379"
+            : "redis://10.0.0.1:7000,redis://10.0.0.2:7000"
+        })`,
       );
     }
     return undefined;
   }
-  const url = URL.parse(redisUrl);
-  if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
+  const entries = redisUrl.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
+  if (type === "single" && entries.length > 1) {
     errors.push(
-      `REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(redacted(redisUrl))}`,
+      `REDIS_URL names ${entries.length} URLs, and REDIS_TYPE=single takes one: set REDIS_TYPE=cluster (seed nodes) or sentinel (sentinels) for a list`,
     );
-  } else {
-    const problem = redisUrlProblem(url);
-    if (problem) errors.push(`REDIS_URL ${problem}, got ${JSON.stringify(redacted(redisUrl))}`);
+    return redisUrl;
   }
+  const urls: URL[] = [];
+  for (const entry of entries) {
+    const url = URL.parse(entry);
+    if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
+      errors.push(
+        `REDIS_URL must be ${
+          type === "single"
+            ? "a redis:// or rediss:// URL"
+            : "a comma-separated list of redis:// or rediss:// URLs"
+        }, got ${JSON.stringify(redacted(entry))}`,
+      );
+      continue;
+    }
+    const problem = redisUrlProblem(url, type);
+    if (problem) errors.push(`REDIS_URL ${problem}, got ${JSON.stringify(redacted(entry))}`);
+    urls.push(url);
+  }
+  const problem = redisListProblem(urls);
+  if (problem) errors.push(`REDIS_URL ${problem}`);
   return redisUrl;
+}
+
+/** What a list of URLs may not do: every node of a topology is reached with one scheme and login. */
+function redisListProblem(urls: readonly URL[]): string | undefined {
+  const login = (url: URL) => `${url.protocol}//${url.username}:${url.password}`;
+  if (urls.some((url) => url.protocol !== urls[0]!.protocol)) {
+    return "mixes redis:// and rediss://: every node of a cluster or Sentinel setup is reached the same way";
+  }
+  if (urls.some((url) => login(url) !== login(urls[0]!))) {
+    return "has URLs with different user names or passwords: every node is reached with the same credentials";
+  }
+  return undefined;
 }
 
 /** `TRUSTED_PROXIES` and `TRUSTED_PROXY_HEADER`. */
@@ -340,9 +409,12 @@ export function formatConfigErrors(errors: readonly string[]): string {
 }
 
 /** What the Redis client would refuse in a redis:// URL: a path that is not a database number, bad escapes. */
-function redisUrlProblem(url: URL): string | undefined {
+function redisUrlProblem(url: URL, type: StoreSettings["redisType"]): string | undefined {
   if (!/^\/?(\d+)?$/.test(url.pathname)) {
     return "may name a database number as its path (redis://host:6379/0) and nothing else";
+  }
+  if (type !== "single" && !/^\/?0?$/.test(url.pathname)) {
+    return `may not name a database with REDIS_TYPE=${type}: the limiter uses database 0 there`;
   }
   try {
     decodeURIComponent(url.username);

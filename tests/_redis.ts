@@ -93,3 +93,334 @@ export async function waitForPort(port: number, timeoutMs: number): Promise<void
     }
   }
 }
+
+/** One `redis-server` process of a topology, restartable on its port with its own folder. */
+interface Node {
+  port: number;
+  args: string[];
+  child: Deno.ChildProcess | undefined;
+}
+
+function spawnNode(node: Node, dir: string): void {
+  node.child = new Deno.Command("redis-server", {
+    args: node.args,
+    cwd: dir,
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+}
+
+async function killNode(node: Node, signal: Deno.Signal = "SIGKILL"): Promise<void> {
+  const child = node.child;
+  if (child === undefined) return;
+  node.child = undefined;
+  try {
+    child.kill(signal);
+  } catch {
+    // Already exited.
+  }
+  await child.status;
+}
+
+/** Runs `redis-cli` with `args` and returns its output; throws when it fails. */
+export async function redisCli(args: string[]): Promise<string> {
+  const out = await new Deno.Command("redis-cli", { args, stdout: "piped", stderr: "piped" })
+    .output();
+  const text = new TextDecoder().decode(out.stdout);
+  if (!out.success) {
+    throw new Error(`redis-cli ${args.join(" ")}: ${text}${new TextDecoder().decode(out.stderr)}`);
+  }
+  return text;
+}
+
+/** Polls `check` every 50 ms until it holds, at most `timeoutMs`; throws naming `what` otherwise. */
+export async function pollUntil(
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check().catch(() => false))) {
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting until ${what}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** The persistence-free, loopback-only arguments every test node shares. */
+function baseArgs(port: number): string[] {
+  return [
+    ...["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    // A replica's first sync starts at once, not after the default 5 s wait for more replicas.
+    ...["--repl-diskless-sync-delay", "0"],
+  ];
+}
+
+/** A running 6-node Redis Cluster: 3 primaries, one replica each. */
+export interface TestCluster extends AsyncDisposable {
+  /** The seed URLs (`redis://127.0.0.1:<port>`), every node. */
+  urls: string[];
+  /** `cluster-node-timeout`, in ms: a primary is failed over about this long after it stops. */
+  nodeTimeoutMs: number;
+  /** The port of the primary that owns `key`'s slot now. */
+  primaryOf(key: string): Promise<number>;
+  /** Kills the node on `port` (SIGKILL) and waits for it to exit. */
+  kill(port: number): Promise<void>;
+  /** Kills every node (SIGKILL). */
+  stopAll(): Promise<void>;
+  /** Starts every stopped node again (empty, same ports and cluster configuration). */
+  startAll(): Promise<void>;
+  /** Waits until every running node reports `cluster_state:ok`. */
+  healthy(timeoutMs?: number): Promise<void>;
+  /** Kills every node and removes the folders. */
+  close(): Promise<void>;
+}
+
+/** Options of {@linkcode startCluster}. */
+export interface ClusterOptions {
+  /** `cluster-node-timeout` in ms (default 1000). */
+  nodeTimeoutMs?: number;
+  /** `requirepass` and `masterauth` of every node. */
+  password?: string;
+}
+
+/**
+ * Starts a 6-node cluster (3 primaries + 3 replicas) on free loopback ports, each node in its own
+ * temporary folder, and waits until every node reports `cluster_state:ok` and every replica is in
+ * sync. Everything is killed again if it fails to form.
+ */
+export async function startCluster(options: ClusterOptions = {}): Promise<TestCluster> {
+  const nodeTimeoutMs = options.nodeTimeoutMs ?? 1000;
+  const root = await Deno.makeTempDir({ prefix: "redis-cluster-" });
+  const auth = options.password === undefined
+    ? []
+    : ["--requirepass", options.password, "--masterauth", options.password];
+  const cliAuth = options.password === undefined
+    ? []
+    : ["--no-auth-warning", "-a", options.password];
+  const nodes: Node[] = Array.from({ length: 6 }, () => {
+    const port = freePort();
+    return {
+      port,
+      child: undefined,
+      args: [
+        ...baseArgs(port),
+        ...auth,
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        `nodes-${port}.conf`,
+        "--cluster-node-timeout",
+        String(nodeTimeoutMs),
+        // A replica takes over however long its link was down: the tests kill primaries at will.
+        "--cluster-replica-validity-factor",
+        "0",
+      ],
+    };
+  });
+  const dirOf = (node: Node) => `${root}/${node.port}`;
+  const cli = (port: number, args: string[]) => redisCli(["-p", String(port), ...cliAuth, ...args]);
+  const startAll = async () => {
+    for (const node of nodes) {
+      if (node.child !== undefined) continue;
+      await Deno.mkdir(dirOf(node), { recursive: true });
+      spawnNode(node, dirOf(node));
+    }
+    await Promise.all(nodes.map((node) => waitForPort(node.port, 5000)));
+  };
+  const healthy = async (timeoutMs = 20_000) => {
+    const running = nodes.filter((node) => node.child !== undefined);
+    await pollUntil(
+      async () => {
+        const infos = await Promise.all(running.map((node) => cli(node.port, ["cluster", "info"])));
+        return infos.every((info) => info.includes("cluster_state:ok"));
+      },
+      timeoutMs,
+      "every cluster node reports cluster_state:ok",
+    );
+    // Replicas in sync, so that a killed primary has a replica ready to take over.
+    await pollUntil(
+      async () => {
+        const infos = await Promise.all(
+          running.map((node) => cli(node.port, ["info", "replication"])),
+        );
+        return infos.every((info) =>
+          !info.includes("role:slave") || info.includes("master_link_status:up")
+        );
+      },
+      timeoutMs,
+      "every replica is in sync",
+    );
+  };
+  const stopAll = async () => {
+    await Promise.all(nodes.map((node) => killNode(node)));
+  };
+  const close = async () => {
+    await stopAll();
+    await Deno.remove(root, { recursive: true }).catch(() => {});
+  };
+  try {
+    await startAll();
+    await cli(nodes[0]!.port, [
+      "--cluster",
+      "create",
+      ...nodes.map((node) => `127.0.0.1:${node.port}`),
+      "--cluster-replicas",
+      "1",
+      "--cluster-yes",
+    ]);
+    await healthy();
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return {
+    urls: nodes.map((node) => `redis://127.0.0.1:${node.port}`),
+    nodeTimeoutMs,
+    async primaryOf(key) {
+      const running = nodes.find((node) => node.child !== undefined)!;
+      const slot = Number((await cli(running.port, ["cluster", "keyslot", key])).trim());
+      const shards = await cli(running.port, ["cluster", "slots"]);
+      return primaryOfSlot(shards, slot);
+    },
+    kill: (port) => killNode(nodes.find((node) => node.port === port)!),
+    stopAll,
+    startAll,
+    healthy,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
+
+/**
+ * Reads `redis-cli cluster slots` (raw output: start, end, then per node ip, port, id[, hostname])
+ * and returns the primary's port of the range holding `slot`.
+ */
+function primaryOfSlot(output: string, slot: number): number {
+  const lines = output.trim().split("\n");
+  for (let i = 0; i + 4 < lines.length; i++) {
+    const from = Number(lines[i]);
+    const to = Number(lines[i + 1]);
+    if (/^\d+$/.test(lines[i]!) && /^\d+$/.test(lines[i + 1]!) && lines[i + 2] === "127.0.0.1") {
+      if (slot >= from && slot <= to) return Number(lines[i + 3]);
+    }
+  }
+  throw new Error(`no primary owns slot ${slot} in:\n${output}`);
+}
+
+/** A running Sentinel setup: a primary, one replica and three sentinels. */
+export interface TestSentinel extends AsyncDisposable {
+  /** The sentinels' URLs (`redis://127.0.0.1:<port>`). */
+  urls: string[];
+  /** The primary group's name (`REDIS_SENTINEL_MASTER`). */
+  name: string;
+  /** `down-after-milliseconds` of the sentinels. */
+  downAfterMs: number;
+  /** The port of the current primary, as the sentinels see it. */
+  primary(): Promise<number>;
+  /** Kills the data node on `port` (SIGKILL). */
+  kill(port: number): Promise<void>;
+  /** Kills every process and removes the folders. */
+  close(): Promise<void>;
+}
+
+/** Options of {@linkcode startSentinel}. */
+export interface SentinelOptions {
+  /** `down-after-milliseconds` (default 1000). */
+  downAfterMs?: number;
+  /** `requirepass` and `masterauth` of the data nodes and of the sentinels. */
+  password?: string;
+}
+
+/**
+ * Starts a primary, a replica of it and three sentinels (quorum 2) on free loopback ports, and waits
+ * until the replica is in sync and every sentinel knows the replica and the other sentinels.
+ */
+export async function startSentinel(options: SentinelOptions = {}): Promise<TestSentinel> {
+  const downAfterMs = options.downAfterMs ?? 1000;
+  const name = "limits";
+  const root = await Deno.makeTempDir({ prefix: "redis-sentinel-" });
+  const password = options.password;
+  const auth = password === undefined ? [] : ["--requirepass", password, "--masterauth", password];
+  const cliAuth = password === undefined ? [] : ["--no-auth-warning", "-a", password];
+  const primaryPort = freePort();
+  const data: Node[] = [primaryPort, freePort()].map((port, i) => ({
+    port,
+    child: undefined,
+    args: [
+      ...baseArgs(port),
+      ...auth,
+      ...(i === 0 ? [] : ["--replicaof", "127.0.0.1", String(primaryPort)]),
+    ],
+  }));
+  const sentinels: Node[] = [];
+  for (let i = 0; i < 3; i++) {
+    const port = freePort();
+    const file = `${root}/sentinel-${port}.conf`;
+    // A sentinel rewrites its configuration file: each its own, writable.
+    await Deno.writeTextFile(
+      file,
+      [
+        `port ${port}`,
+        "bind 127.0.0.1",
+        `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 2`,
+        `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
+        `sentinel failover-timeout ${name} ${Math.max(3000, 3 * downAfterMs)}`,
+        `sentinel parallel-syncs ${name} 1`,
+        ...(password === undefined
+          ? []
+          : [`sentinel auth-pass ${name} ${password}`, `requirepass ${password}`]),
+        "",
+      ].join("\n"),
+    );
+    sentinels.push({ port, child: undefined, args: [file, "--sentinel"] });
+  }
+  const all = [...data, ...sentinels];
+  const close = async () => {
+    await Promise.all(all.map((node) => killNode(node)));
+    await Deno.remove(root, { recursive: true }).catch(() => {});
+  };
+  const cli = (port: number, args: string[]) => redisCli(["-p", String(port), ...cliAuth, ...args]);
+  try {
+    for (const node of data) spawnNode(node, root);
+    await Promise.all(data.map((node) => waitForPort(node.port, 5000)));
+    await pollUntil(
+      async () =>
+        (await cli(data[1]!.port, ["info", "replication"])).includes("master_link_status:up"),
+      10_000,
+      "the replica is in sync",
+    );
+    // Started after the replica is in sync, the sentinels' first look at the primary lists it
+    // (otherwise they find it on their next look, 10 s later).
+    for (const node of sentinels) spawnNode(node, root);
+    await Promise.all(sentinels.map((node) => waitForPort(node.port, 5000)));
+    await pollUntil(
+      async () => {
+        const views = await Promise.all(
+          sentinels.map((s) => cli(s.port, ["sentinel", "master", name])),
+        );
+        return views.every((view) =>
+          /num-slaves\n1\n/.test(view) && /num-other-sentinels\n2\n/.test(view)
+        );
+      },
+      15_000,
+      "every sentinel knows the replica and the other sentinels",
+    );
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return {
+    urls: sentinels.map((s) => `redis://127.0.0.1:${s.port}`),
+    name,
+    downAfterMs,
+    async primary() {
+      const reply = await cli(sentinels[0]!.port, ["sentinel", "get-master-addr-by-name", name]);
+      return Number(reply.trim().split("\n")[1]);
+    },
+    kill: (port) => killNode(data.find((node) => node.port === port)!),
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}

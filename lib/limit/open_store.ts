@@ -28,8 +28,15 @@ export interface StoreSettings extends PolicySettings {
   rateLimitMaxCallers: number;
   /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
   kvPath: string | undefined;
-  /** Redis connection URL; set whenever `rateLimitStore` is `redis`. */
+  /**
+   * Redis connection URL; set whenever `rateLimitStore` is `redis`. With `cluster` and `sentinel`, a
+   * comma-separated list of seed nodes or sentinels.
+   */
   redisUrl: string | undefined;
+  /** How Redis is deployed: one server, a cluster, or a primary watched by Sentinel. */
+  redisType: "single" | "cluster" | "sentinel";
+  /** The primary's group name the sentinels watch; set whenever `redisType` is `sentinel`. */
+  redisSentinelMaster: string | undefined;
   /** The longest a shared store may take to decide, in ms. */
   rateLimitStoreTimeoutMs: number;
   /** What to answer when the shared store fails or times out. */
@@ -84,8 +91,7 @@ export async function openRateLimitStore(
     store = await openKvStore(policy, { path: config.kvPath });
   } else {
     const { openRedisStore } = await import("./redis.ts");
-    // The URL is required by loadConfig whenever the store is redis.
-    store = await openRedisStore(config.redisUrl!, policy, {
+    store = await openRedisStore(redisTargetOf(config), policy, {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     });
   }
@@ -114,10 +120,9 @@ async function openLocalFirst(
   } else {
     const [{ RedisSyncBackend }, { openRedisStoreClient }] = await Promise.all([
       import("./sync.ts"),
-      import("./redis.ts"),
+      import("./redis_client.ts"),
     ]);
-    // The URL is required by loadConfig whenever the store is redis.
-    const client = await openRedisStoreClient(config.redisUrl!, {
+    const client = await openRedisStoreClient(redisTargetOf(config), {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     });
     backend = new RedisSyncBackend(client, policy.windowMs, { ownsClient: true });
@@ -129,4 +134,13 @@ async function openLocalFirst(
     maxCallers: config.rateLimitMaxCallers,
     ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
   });
+}
+
+/** Where Redis is, from the settings (`REDIS_URL` is required by `loadConfig` with the Redis store). */
+function redisTargetOf(config: StoreSettings) {
+  return {
+    type: config.redisType,
+    urls: config.redisUrl!.split(",").map((url) => url.trim()).filter((url) => url !== ""),
+    sentinelMaster: config.redisSentinelMaster,
+  };
 }

@@ -15,70 +15,14 @@
  * @module
  */
 
-import { createClient, defineScript } from "@redis/client";
 import { peekDecision } from "./decision.ts";
 import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
-
-/** KEYS[1] = log; ARGV = now, window ms, limit, member. Returns {admitted, count before, oldest}. */
-const HIT_SCRIPT = `
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local count = redis.call('ZCARD', KEYS[1])
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ''
-if count < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], window + 1000)
-  return {1, count, oldest}
-end
-return {0, count, oldest}
-`;
-
-/** KEYS[1] = log; ARGV = exclusive cutoff "(<now - window>". Returns {count, oldest}; writes nothing. */
-const PEEK_SCRIPT = `
-local count = redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf')
-local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2] or ''
-return {count, oldest}
-`;
-
-const SCRIPTS = {
-  rateLimitHit: defineScript({
-    NUMBER_OF_KEYS: 1,
-    SCRIPT: HIT_SCRIPT,
-    parseCommand(parser, key: string, now: number, policy: RateLimitPolicy, member: string) {
-      parser.pushKey(key);
-      parser.push(String(now), String(policy.windowMs), String(policy.limit), member);
-    },
-    transformReply: (reply: unknown) => reply,
-  }),
-  rateLimitPeek: defineScript({
-    NUMBER_OF_KEYS: 1,
-    SCRIPT: PEEK_SCRIPT,
-    IS_READ_ONLY: true,
-    parseCommand(parser, key: string, cutoff: number) {
-      parser.pushKey(key);
-      parser.push(`(${cutoff}`);
-    },
-    transformReply: (reply: unknown) => reply,
-  }),
-};
-
-function newClient(url: string) {
-  return createClient({
-    url,
-    scripts: SCRIPTS,
-    // Fail fast while disconnected instead of queueing: the guard answers by policy meanwhile.
-    disableOfflineQueue: true,
-    socket: {
-      connectTimeout: 2000,
-      // Reconnect forever, at most half a second apart, so limiting resumes soon after an outage.
-      reconnectStrategy: (retries: number) => Math.min(50 * (retries + 1), 500),
-    },
-  });
-}
-
-/** The client {@linkcode RedisStore} runs its scripts on. */
-export type RedisStoreClient = ReturnType<typeof newClient>;
+import {
+  openRedisStoreClient,
+  type RedisClientOptions,
+  type RedisStoreClient,
+  type RedisTarget,
+} from "./redis_client.ts";
 
 /** Options of {@linkcode RedisStore}. */
 export interface RedisStoreOptions {
@@ -117,7 +61,7 @@ export class RedisStore implements RateLimitStore {
   #sequence = 0;
   #roundTrips = 0;
 
-  /** Creates a store for `policy` over a client built by {@linkcode createRedisClient}. */
+  /** Creates a store for `policy` over a client built by `createRedisClient` (`redis_client.ts`). */
   constructor(client: RedisStoreClient, policy: RateLimitPolicy, options: RedisStoreOptions = {}) {
     this.#client = client;
     this.#policy = policy;
@@ -130,7 +74,7 @@ export class RedisStore implements RateLimitStore {
     this.#roundTrips++;
     const member = `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`;
     const [admitted, count, oldest] = parseReply(
-      await this.#client.rateLimitHit(this.#prefix + key, now, this.#policy, member),
+      await this.#client.hit(this.#prefix + key, now, this.#policy, member),
     );
     // The script admits exactly when `decide` does (count < limit); `decide` shapes the answer. An
     // admitted request may be older than the log's oldest when clocks differ a little.
@@ -142,7 +86,7 @@ export class RedisStore implements RateLimitStore {
   async peek(key: string, now: number): Promise<Decision> {
     this.#roundTrips++;
     const [, count, oldest] = parseReply(
-      await this.#client.rateLimitPeek(this.#prefix + key, now - this.#policy.windowMs),
+      await this.#client.peek(this.#prefix + key, now - this.#policy.windowMs),
     );
     return peekDecision(count, oldest, now, this.#policy);
   }
@@ -154,7 +98,7 @@ export class RedisStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.close} */
   async close(): Promise<void> {
-    if (this.#ownsClient && this.#client.isOpen) await this.#client.close();
+    if (this.#ownsClient) await this.#client.close();
   }
 }
 
@@ -173,55 +117,16 @@ function parseReply(
   return [Number(flag) === 1, Number(count), oldest === "" ? undefined : Number(oldest)];
 }
 
-/** Options of {@linkcode createRedisClient}. */
-export interface RedisClientOptions {
-  /** Receives the client's connection errors (it reconnects by itself). */
-  onError?: (error: Error) => void;
-}
-
 /**
- * Builds a client for `url` (`redis://` or `rediss://`) with the store's scripts, and starts
- * connecting without waiting: a Redis that is down at start-up is an outage like any other.
- */
-export function createRedisClient(url: string, options: RedisClientOptions = {}): RedisStoreClient {
-  const client = newClient(url);
-  // An unhandled "error" event would end the process; the guard reports outages once per incident.
-  client.on("error", (error: Error) => options.onError?.(error));
-  client.connect().catch((error: Error) => options.onError?.(error));
-  return client;
-}
-
-/**
- * Connects to `url` and returns the client once it is ready, or after `connectWaitMs` (default 2000)
- * either way: a Redis that is down at start-up is an outage like any other.
- */
-export async function openRedisStoreClient(
-  url: string,
-  options: RedisClientOptions & { connectWaitMs?: number } = {},
-): Promise<RedisStoreClient> {
-  const client = createRedisClient(url, options);
-  const ready = new Promise<void>((resolve) => {
-    if (client.isReady) resolve();
-    else client.once("ready", () => resolve());
-  });
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const waited = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, options.connectWaitMs ?? 2000);
-  });
-  await Promise.race([ready, waited]);
-  clearTimeout(timer);
-  return client;
-}
-
-/**
- * Connects to `url` and builds a store that closes the client with itself. Waits for the first
- * connection at most `connectWaitMs` (default 2000) and returns either way.
+ * Connects to `target` (a `redis://` URL is one server) and builds a store that closes the client
+ * with itself. Waits for the first connection at most `connectWaitMs` (default 2000) and returns
+ * either way; rejects with a `RedisTypeError` when the server shows that the type is wrong.
  */
 export async function openRedisStore(
-  url: string,
+  target: RedisTarget | string,
   policy: RateLimitPolicy,
   options: RedisStoreOptions & RedisClientOptions & { connectWaitMs?: number } = {},
 ): Promise<RedisStore> {
-  const client = await openRedisStoreClient(url, options);
+  const client = await openRedisStoreClient(target, options);
   return new RedisStore(client, policy, { ...options, ownsClient: true });
 }

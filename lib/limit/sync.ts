@@ -5,8 +5,13 @@
  * Redis keeps each caller's log as the `exact` store does (a sorted set scored by time, members
  * `<time>:<instance>:<sequence>`), so both modes read and write the same logs: one script adds this
  * instance's new hits, drops what left the window and returns the other instances' timestamps, for
- * every caller of the batch. The script touches several keys, so it needs one Redis (or a cluster
- * where the callers' keys share a hash slot), not a sharded cluster.
+ * every caller of the batch. On one server (or the primary Sentinel names) that is one script per
+ * batch. A cluster refuses a script whose keys hash to different slots (`CROSSSLOT`), so there the
+ * batch is grouped by hash slot and the groups are sent at once: the client routes each to the
+ * primary owning its slot and pipelines those of one primary, so a sync costs one round trip of
+ * time and one round trip per primary. Resending is harmless everywhere: a member already in a log
+ * is only scored again, so a batch that failed half-way (some slots written, others not) is sent
+ * again whole and counts each hit once.
  *
  * KV keeps one entry per caller and instance: that instance's log. An instance only ever replaces
  * its own entries, with blind writes that cannot conflict, and a sync is idempotent: a batch that
@@ -18,48 +23,9 @@
 
 import { decodeLog, encodeLog } from "./kv.ts";
 import type { SyncBackend, SyncBatch } from "./local_first.ts";
-import type { RedisStoreClient } from "./redis.ts";
+import type { RedisStoreClient } from "./redis_client.ts";
 
-/**
- * KEYS = the callers' logs; ARGV = now, window ms, the instance's member tag (`:<id>:`), then per key
- * the number of new hits followed by (score, member) pairs. Returns, per key, the other instances'
- * scores in the window.
- */
-const SYNC_SCRIPT = `
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local tag = ARGV[3]
-local cutoff = now - window
-local a = 4
-local out = {}
-for i, key in ipairs(KEYS) do
-  local n = tonumber(ARGV[a])
-  a = a + 1
-  local j = 0
-  while j < n do
-    local args = {}
-    local chunk = math.min(n - j, 500)
-    for k = 1, chunk do
-      args[#args + 1] = ARGV[a]
-      args[#args + 1] = ARGV[a + 1]
-      a = a + 2
-    end
-    redis.call('ZADD', key, unpack(args))
-    j = j + chunk
-  end
-  if n > 0 then redis.call('PEXPIRE', key, window + 1000) end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  local members = redis.call('ZRANGEBYSCORE', key, '(' .. cutoff, '+inf', 'WITHSCORES')
-  local others = {}
-  for m = 1, #members, 2 do
-    if not string.find(members[m], tag, 1, true) then others[#others + 1] = members[m + 1] end
-  end
-  out[i] = others
-end
-return out
-`;
-
-/** The Redis sync backend over a client built by `createRedisClient`. */
+/** The Redis sync backend over a client built by `createRedisClient` (`redis_client.ts`), of any type. */
 export class RedisSyncBackend implements SyncBackend {
   readonly #client: RedisStoreClient;
   readonly #windowMs: number;
@@ -86,30 +52,53 @@ export class RedisSyncBackend implements SyncBackend {
 
   /** {@inheritDoc SyncBackend.sync} */
   async sync(batch: SyncBatch): Promise<Map<string, number[]>> {
+    const groups = this.#groups(batch);
+    const primaries = new Set<string>();
+    for (const [slot, callers] of groups) {
+      primaries.add(this.#client.primaryOf(slot) ?? `${slot}:${callers[0]}`);
+    }
+    this.#roundTrips += primaries.size;
+    const replies = await Promise.all(
+      [...groups.values()].map((callers) => this.#syncGroup(batch, callers)),
+    );
+    return new Map(replies.flat());
+  }
+
+  /** The batch's callers by hash slot of their log (one group where every key is on one server). */
+  #groups(batch: SyncBatch): Map<number, string[]> {
+    const groups = new Map<number, string[]>();
+    for (const key of batch.callers.keys()) {
+      const slot = this.#client.slotOf(this.#prefix + key) ?? 0;
+      const group = groups.get(slot);
+      if (group === undefined) groups.set(slot, [key]);
+      else group.push(key);
+    }
+    return groups;
+  }
+
+  /** One script over `callers`, whose logs share a slot; answers the others' timestamps per caller. */
+  async #syncGroup(batch: SyncBatch, callers: string[]): Promise<Array<[string, number[]]>> {
     const keys: string[] = [];
     const args = [String(batch.now), String(this.#windowMs), `:${batch.instance}:`];
-    for (const [key, entry] of batch.callers) {
+    for (const key of callers) {
+      const entry = batch.callers.get(key)!;
       keys.push(this.#prefix + key);
       args.push(String(entry.fresh.length));
       for (const [time, member] of entry.fresh) args.push(String(time), member);
     }
-    this.#roundTrips++;
-    const reply = await this.#client.eval(SYNC_SCRIPT, { keys, arguments: args });
+    const reply = await this.#client.sync(keys, args);
     if (!Array.isArray(reply) || reply.length !== keys.length) {
       throw new TypeError(`unexpected reply from the rate-limit sync script: ${typeof reply}`);
     }
-    const result = new Map<string, number[]>();
-    let i = 0;
-    for (const key of batch.callers.keys()) {
-      const scores = reply[i++];
-      result.set(key, Array.isArray(scores) ? scores.map(Number) : []);
-    }
-    return result;
+    return callers.map((key, i) => {
+      const scores = reply[i];
+      return [key, Array.isArray(scores) ? scores.map(Number) : []];
+    });
   }
 
   /** {@inheritDoc SyncBackend.close} */
   async close(): Promise<void> {
-    if (this.#ownsClient && this.#client.isOpen) await this.#client.close();
+    if (this.#ownsClient) await this.#client.close();
   }
 }
 
