@@ -68,6 +68,13 @@ export const MIN_SYNC_TIMEOUT_MS = 5000;
 export const MIN_REDIS_CONNECT_WAIT_MS = 1000;
 
 /**
+ * How often a Redis store that failed is probed, in ms: its client fails at once while it is
+ * disconnected, so a probe is cheap, and after a failover it is what stands between the promoted
+ * replica and limiting again.
+ */
+export const REDIS_PROBE_INTERVAL_MS = 250;
+
+/**
  * Opens the configured store. A shared store that is unreachable at start-up does not stop the
  * service: in `exact` its calls fail, the failure policy answers, and limiting resumes when the
  * store is back; in `local-first` its syncs fail, each instance limits by its own log meanwhile,
@@ -99,6 +106,7 @@ export async function openRateLimitStore(
   const { GuardedStore } = await import("./guard.ts");
   return new GuardedStore(store, {
     policy,
+    ...(config.rateLimitStore === "redis" ? { probeIntervalMs: REDIS_PROBE_INTERVAL_MS } : {}),
     timeoutMs: config.rateLimitStoreTimeoutMs,
     onError: config.rateLimitOnStoreError,
     ...(options.onIncident ? { onIncident: options.onIncident } : {}),
