@@ -181,3 +181,60 @@ Deno.test("loadConfig() refuses a REDIS_URL the Redis client would throw on, wit
     assert.equal(configOf({ ...redis, REDIS_URL: url }).redisUrl, url);
   }
 });
+
+Deno.test("loadConfig() reads REDIS_TYPE, a list of seed nodes or sentinels, and REDIS_SENTINEL_MASTER", () => {
+  const redis = { RATE_LIMIT_STORE: "redis" } as const;
+  const single = configOf({ ...redis, REDIS_URL: "redis://127.0.0.1:6379" });
+  assert.equal(single.redisType, "single");
+  const seeds = "rediss://user:pw@10.0.0.1:7000, rediss://user:pw@10.0.0.2:7000";
+  const cluster = configOf({ ...redis, REDIS_TYPE: "Cluster", REDIS_URL: seeds });
+  assert.equal(cluster.redisType, "cluster");
+  assert.equal(cluster.redisUrl, seeds);
+  const sentinel = configOf({
+    ...redis,
+    REDIS_TYPE: "sentinel",
+    REDIS_URL: "redis://10.0.0.1:26379,redis://10.0.0.2:26379",
+    REDIS_SENTINEL_MASTER: "limits",
+  });
+  assert.equal(sentinel.redisSentinelMaster, "limits");
+});
+
+Deno.test("loadConfig() says one sentence per Redis topology problem, without echoing a password", () => {
+  const redis = { RATE_LIMIT_STORE: "redis" } as const;
+  assert.deepEqual(errorsOf({ ...redis, REDIS_TYPE: "replicated", REDIS_URL: "redis://h:6379" }), [
+    'REDIS_TYPE must be single, cluster or sentinel, got "replicated"',
+  ]);
+  assert.deepEqual(errorsOf({ ...redis, REDIS_URL: "redis://a:6379,redis://b:6379" }), [
+    "REDIS_URL names 2 URLs, and REDIS_TYPE=single takes one: set REDIS_TYPE=cluster (seed nodes) or sentinel (sentinels) for a list",
+  ]);
+  assert.deepEqual(errorsOf({ ...redis, REDIS_TYPE: "sentinel", REDIS_URL: "redis://a:26379" }), [
+    "REDIS_SENTINEL_MASTER is required with REDIS_TYPE=sentinel: the name the sentinels monitor the primary by (sentinel monitor <name> ...)",
+  ]);
+  assert.deepEqual(
+    errorsOf({ ...redis, REDIS_URL: "redis://a:6379", REDIS_SENTINEL_MASTER: "limits" }),
+    [
+      "REDIS_SENTINEL_MASTER is set but REDIS_TYPE is single: set REDIS_TYPE=sentinel, or unset REDIS_SENTINEL_MASTER",
+    ],
+  );
+  assert.deepEqual(
+    errorsOf({
+      ...redis,
+      REDIS_TYPE: "cluster",
+      REDIS_URL: "redis://:secret@a:7000/2,http://b:7000,rediss://:secret@c:7000",
+    }),
+    [
+      'REDIS_URL may not name a database with REDIS_TYPE=cluster: the limiter uses database 0 there, got "redis://:***@a:7000/2"',
+      'REDIS_URL must be a comma-separated list of redis:// or rediss:// URLs, got "http://b:7000"',
+      "REDIS_URL mixes redis:// and rediss://: every node of a cluster or Sentinel setup is reached the same way",
+    ],
+  );
+  assert.deepEqual(
+    errorsOf({ ...redis, REDIS_TYPE: "cluster", REDIS_URL: "redis://:a@h:7000,redis://:b@i:7000" }),
+    [
+      "REDIS_URL has URLs with different user names or passwords: every node is reached with the same credentials",
+    ],
+  );
+  assert.deepEqual(errorsOf({ ...redis, REDIS_TYPE: "cluster" }), [
+    "REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://10.0.0.1:7000,redis://10.0.0.2:7000)",
+  ]);
+});
