@@ -76,8 +76,14 @@ function isRelative(href: string): boolean {
 function resolve(from: string, href: string): { path: string; fragment: string | undefined } {
   const [target = "", fragment] = href.split("#", 2);
   const base = target.startsWith("/") ? "" : from.slice(0, from.lastIndexOf("/") + 1);
-  const url = new URL(decodeURI(target) || from.slice(from.lastIndexOf("/") + 1), `file:///${base}`);
-  return { path: url.pathname.slice(1), fragment: fragment === undefined ? undefined : decodeURI(fragment) };
+  const url = new URL(
+    decodeURI(target) || from.slice(from.lastIndexOf("/") + 1),
+    `file:///${base}`,
+  );
+  return {
+    path: url.pathname.slice(1),
+    fragment: fragment === undefined ? undefined : decodeURI(fragment),
+  };
 }
 
 /** Why `href` in `from` does not resolve, or undefined when it does. */
@@ -215,7 +221,11 @@ function variablesConfigReads(): Set<string> {
   const settings: Partial<Record<EnvName, string>>[] = [
     {},
     { RATE_LIMIT_STORE: "redis", REDIS_URL: "redis://127.0.0.1:6379" },
-    { RATE_LIMIT_STORE: "kv", KV_PATH: "/tmp/limits.sqlite", RATE_LIMIT_CONSISTENCY: "local-first" },
+    {
+      RATE_LIMIT_STORE: "kv",
+      KV_PATH: "/tmp/limits.sqlite",
+      RATE_LIMIT_CONSISTENCY: "local-first",
+    },
     { DEPRECATION_DATE: "2030-01-01", SUNSET_DATE: "2031-01-01", TRUSTED_PROXIES: "127.0.0.1" },
   ];
   for (const env of settings) {
@@ -257,7 +267,9 @@ Deno.test("every deno.json task is mentioned in README.md or a document it links
   );
   const texts = [readme, ...await Promise.all([...linked].map((p) => Deno.readTextFile(ROOT + p)))];
   const mentioned = (task: string) => {
-    const pattern = new RegExp(`deno task ${task.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w:-])`);
+    const pattern = new RegExp(
+      `deno task ${task.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?![\\w:-])`,
+    );
     return texts.some((text) => pattern.test(text));
   };
   assert(tasks.length > 10, "deno.json's tasks read");
@@ -296,14 +308,21 @@ Deno.test({
         const args = words.slice(1).map((word) =>
           word.replace(/^http:\/\/localhost:8000(?=\/|$)/, service.url)
         );
-        assert(args.some((word) => word.startsWith(service.url)), `${words.join(" ")}: a local URL`);
+        assert(
+          args.some((word) => word.startsWith(service.url)),
+          `${words.join(" ")}: a local URL`,
+        );
         const output = await new Deno.Command(curl, {
           args: ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", ...args],
           stdout: "piped",
           stderr: "piped",
         }).output();
         const status = new TextDecoder().decode(output.stdout);
-        assert.equal(status, "200", `${words.join(" ")}: ${new TextDecoder().decode(output.stderr)}`);
+        assert.equal(
+          status,
+          "200",
+          `${words.join(" ")}: ${new TextDecoder().decode(output.stderr)}`,
+        );
       }
     } finally {
       await service.stop();
