@@ -18,6 +18,7 @@
 import { peekDecision } from "./decision.ts";
 import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
 import {
+  logKey,
   openRedisStoreClient,
   type RedisClientOptions,
   type RedisStoreClient,
@@ -74,7 +75,12 @@ export class RedisStore implements RateLimitStore {
     this.#roundTrips++;
     const member = `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`;
     const [admitted, count, oldest] = parseReply(
-      await this.#client.hit(this.#prefix + key, now, this.#policy, member),
+      await this.#client.hit(
+        logKey(this.#client.type, this.#prefix, key),
+        now,
+        this.#policy,
+        member,
+      ),
     );
     // The script admits exactly when `decide` does (count < limit); `decide` shapes the answer. An
     // admitted request may be older than the log's oldest when clocks differ a little.
@@ -86,7 +92,10 @@ export class RedisStore implements RateLimitStore {
   async peek(key: string, now: number): Promise<Decision> {
     this.#roundTrips++;
     const [, count, oldest] = parseReply(
-      await this.#client.peek(this.#prefix + key, now - this.#policy.windowMs),
+      await this.#client.peek(
+        logKey(this.#client.type, this.#prefix, key),
+        now - this.#policy.windowMs,
+      ),
     );
     return peekDecision(count, oldest, now, this.#policy);
   }

@@ -59,6 +59,38 @@ const RECONNECT_MAX_MS = 500;
 const calculateSlot = ((slotModule as unknown as { default?: unknown }).default ??
   slotModule) as (key: string) => number;
 
+/**
+ * How many hash tags a cluster's logs are spread over. A caller's log is one key whatever the
+ * topology; on a cluster it carries one of these tags, picked by the caller, so that a sync needs one
+ * script per tag (at most this many, pipelined per primary) rather than one per caller, while the
+ * tags' slots, evenly spaced, spread the logs over up to this many primaries.
+ */
+export const CLUSTER_KEY_TAGS = 16;
+
+/** One tag per equal share of the 16,384 slots: the first `t<i>-<n>` whose slot falls in share i. */
+const TAGS = Array.from({ length: CLUSTER_KEY_TAGS }, (_, i) => {
+  const share = 16384 / CLUSTER_KEY_TAGS;
+  for (let n = 0;; n++) {
+    const tag = `t${i}-${n}`;
+    if (Math.floor(calculateSlot(tag) / share) === i) return tag;
+  }
+});
+
+/**
+ * The key of `caller`'s log: `prefix + caller`, and on a cluster with the caller's hash tag first.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(logKey("single", "rate_limit:", "192.0.2.1"), "rate_limit:192.0.2.1");
+ * assert.match(logKey("cluster", "rate_limit:", "192.0.2.1"), /^rate_limit:\{t\d+-\d+\}192\.0\.2\.1$/);
+ * ```
+ */
+export function logKey(type: RedisType, prefix: string, caller: string): string {
+  if (type !== "cluster") return prefix + caller;
+  return `${prefix}{${TAGS[calculateSlot(caller) % CLUSTER_KEY_TAGS]}}${caller}`;
+}
+
 /** What the store and the sync send, whatever the topology. */
 export interface RedisStoreClient {
   /** The topology this client speaks to. */

@@ -7,9 +7,10 @@
  * instance's new hits, drops what left the window and returns the other instances' timestamps, for
  * every caller of the batch. On one server (or the primary Sentinel names) that is one script per
  * batch. A cluster refuses a script whose keys hash to different slots (`CROSSSLOT`), so there the
- * batch is grouped by hash slot and the groups are sent at once: the client routes each to the
- * primary owning its slot and pipelines those of one primary, so a sync costs one round trip of
- * time and one round trip per primary. Resending is harmless everywhere: a member already in a log
+ * batch is grouped by hash slot (the logs carry one of `CLUSTER_KEY_TAGS` hash tags: at most that
+ * many groups) and the groups are sent at once: the client routes each to the primary owning its
+ * slot and pipelines those of one primary, so a sync costs one round trip of time and one round
+ * trip per primary. Resending is harmless everywhere: a member already in a log
  * is only scored again, so a batch that failed half-way (some slots written, others not) is sent
  * again whole and counts each hit once.
  *
@@ -23,7 +24,7 @@
 
 import { decodeLog, encodeLog } from "./kv.ts";
 import type { SyncBackend, SyncBatch } from "./local_first.ts";
-import type { RedisStoreClient } from "./redis_client.ts";
+import { logKey, type RedisStoreClient } from "./redis_client.ts";
 
 /** The Redis sync backend over a client built by `createRedisClient` (`redis_client.ts`), of any type. */
 export class RedisSyncBackend implements SyncBackend {
@@ -68,7 +69,7 @@ export class RedisSyncBackend implements SyncBackend {
   #groups(batch: SyncBatch): Map<number, string[]> {
     const groups = new Map<number, string[]>();
     for (const key of batch.callers.keys()) {
-      const slot = this.#client.slotOf(this.#prefix + key) ?? 0;
+      const slot = this.#client.slotOf(logKey(this.#client.type, this.#prefix, key)) ?? 0;
       const group = groups.get(slot);
       if (group === undefined) groups.set(slot, [key]);
       else group.push(key);
@@ -82,7 +83,7 @@ export class RedisSyncBackend implements SyncBackend {
     const args = [String(batch.now), String(this.#windowMs), `:${batch.instance}:`];
     for (const key of callers) {
       const entry = batch.callers.get(key)!;
-      keys.push(this.#prefix + key);
+      keys.push(logKey(this.#client.type, this.#prefix, key));
       args.push(String(entry.fresh.length));
       for (const [time, member] of entry.fresh) args.push(String(time), member);
     }

@@ -13,6 +13,14 @@
  * Run: `deno task bench:stores` (needs wrk, taskset and redis-server; about 70 seconds). Options:
  * `--duration=8` seconds per store, `--connections=32`.
  *
+ * `--topology=single,cluster,sentinel` runs instead the Redis store on those topologies (a 6-node
+ * cluster of 3 primaries; a primary, a replica and three sentinels), `exact` and `local-first`, with
+ * two service processes (both on CPU 0, a `wrk` each on CPU 1 with half the connections): their
+ * requests per second summed, the worse p50 and p99, the script calls per request by the primaries'
+ * `commandstats`, and for `local-first` the network round trips per request by the sync's own
+ * counter (one per primary per sync: the slot groups of one primary are pipelined), measured by two
+ * stores in this process over the same callers.
+ *
  * @module
  */
 // deno-lint-ignore-file no-console
@@ -22,12 +30,14 @@ import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.t
 import { KvStore } from "../../lib/limit/kv.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { freePort, startRedis, type TestRedis, waitForPort } from "../_redis.ts";
+import { benchTopologies } from "./_topologies.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
   options: {
     duration: { type: "string", default: "8" },
     connections: { type: "string", default: "32" },
+    topology: { type: "string" },
   },
 });
 const DURATION = Number(values.duration);
@@ -167,6 +177,17 @@ async function directRoundTrips(
   const now = Date.now();
   for (let i = 0; i < n; i++) await store.hit(`c${i % CALLERS}`, now + i);
   return store.stats().roundTrips / n;
+}
+
+if (values.topology !== undefined) {
+  await benchTopologies(values.topology.split(","), {
+    duration: DURATION,
+    connections: CONNECTIONS,
+    callers: CALLERS,
+    policy: POLICY,
+    wrkScript: WRK_SCRIPT,
+  });
+  Deno.exit(0);
 }
 
 const results: Result[] = [];

@@ -26,6 +26,7 @@ import { RedisStore } from "../../lib/limit/redis.ts";
 import {
   CLUSTER_AT_SINGLE,
   createRedisClient,
+  logKey,
   SINGLE_AT_CLUSTER,
 } from "../../lib/limit/redis_client.ts";
 import {
@@ -229,7 +230,7 @@ interface FailoverCase {
   targetMs: number;
   /** The longest the client may take from Redis's promotion to limiting again, in ms. */
   clientLagMs: number;
-  /** The number of entries of a log, read from the current primary. */
+  /** The number of entries of a caller's log, read from the current primary. */
   zcard(key: string): Promise<number>;
   /** `INFO errorstats` of the current primary of the callers' slot. */
   errorstats(): Promise<string>;
@@ -300,7 +301,7 @@ async function assertFailover(env: Record<string, string>, c: FailoverCase): Pro
       "local-first syncs again",
     );
     await Promise.all(stores.map((store) => store.sync()));
-    assert.equal(await c.zcard(`rate_limit:${c.localKey}`), admitted);
+    assert.equal(await c.zcard(c.localKey), admitted);
     const kinds = local.map((i) => i.incidents.map((incident) => incident.kind).join(","));
     // A cluster client fails at once while the slot's primary is down (the whole log is sent again
     // afterwards); a Sentinel client holds the sync until the new primary is known.
@@ -312,6 +313,9 @@ async function assertFailover(env: Record<string, string>, c: FailoverCase): Pro
   }
 }
 
+/** A caller's log key on a cluster (with its hash tag). */
+const clusterKey = (caller: string) => logKey("cluster", "rate_limit:", caller);
+
 const noRedis = redisUnavailableReason();
 const ignored = noRedis ? ` (ignored: ${noRedis})` : "";
 
@@ -322,7 +326,7 @@ async function callerOn(
   owned: boolean,
 ): Promise<string> {
   for (let i = 1; i < 255; i++) {
-    if ((await primaryOf(`rate_limit:192.0.2.${i}`) === port) === owned) return `192.0.2.${i}`;
+    if ((await primaryOf(clusterKey(`192.0.2.${i}`)) === port) === owned) return `192.0.2.${i}`;
   }
   throw new Error(`no caller found ${owned ? "on" : "off"} port ${port}`);
 }
@@ -404,7 +408,7 @@ Deno.test({
       "the primary of the callers' slot killed: the policy answers, limiting resumes, hits count once",
       async () => {
         const caller = "198.51.100.12";
-        const primary = await cluster.primaryOf(`rate_limit:${caller}`);
+        const primary = await cluster.primaryOf(clusterKey(caller));
         const local = await callerOn(
           (key) => cluster.primaryOf(key),
           primary,
@@ -418,9 +422,9 @@ Deno.test({
           // The slots are re-read every 0.5 s while a node is down; the guard probes every 0.25 s.
           clientLagMs: 1000,
           syncsFail: true,
-          zcard: async (key) => Number(await cli(key, ["zcard", key])),
-          errorstats: () => cli(`rate_limit:${caller}`, ["info", "errorstats"]),
-          promoted: async () => await cluster.primaryOf(`rate_limit:${caller}`) !== primary,
+          zcard: async (key) => Number(await cli(clusterKey(key), ["zcard", clusterKey(key)])),
+          errorstats: () => cli(clusterKey(caller), ["info", "errorstats"]),
+          promoted: async () => await cluster.primaryOf(clusterKey(caller)) !== primary,
         });
         console.log(
           `cluster failover: limiting resumed ${seconds} s after SIGKILL (node timeout ${cluster.nodeTimeoutMs} ms)`,
@@ -497,7 +501,7 @@ Deno.test({
           targetMs: sentinel.downAfterMs + RESUME_SLACK_MS,
           clientLagMs: SENTINEL_CLIENT_LAG_MS + 500,
           syncsFail: false,
-          zcard: async (key) => Number(await cli(["zcard", key])),
+          zcard: async (key) => Number(await cli(["zcard", `rate_limit:${key}`])),
           errorstats: () => cli(["info", "errorstats"]),
           promoted: async () => await sentinel.primary() !== primary,
         });
