@@ -102,6 +102,8 @@ export interface ReceiverOptions {
 /** Starts a receiver on 127.0.0.1. */
 export function startReceiver(options: ReceiverOptions = {}): OtlpReceiver {
   const received: Received = { metrics: [], spans: [], logs: [], bodies: [], requests: new Map() };
+  // Closing ends the delays of a slow collector, so that it does not wait for them.
+  const closing = new AbortController();
   const server = Deno.serve(
     { hostname: "127.0.0.1", port: options.port ?? 0, onListen: () => {} },
     async (request) => {
@@ -115,7 +117,7 @@ export function startReceiver(options: ReceiverOptions = {}): OtlpReceiver {
         collect(received, path, body);
         options.onExport?.(path, body);
       }
-      if (options.delayMs) await new Promise((resolve) => setTimeout(resolve, options.delayMs));
+      if (options.delayMs) await delay(options.delayMs, closing.signal);
       const json = request.headers.get("content-type")?.includes("json");
       return new Response(json ? "{}" : new Uint8Array(), {
         headers: { "content-type": json ? "application/json" : "application/x-protobuf" },
@@ -125,8 +127,22 @@ export function startReceiver(options: ReceiverOptions = {}): OtlpReceiver {
   return {
     endpoint: `http://127.0.0.1:${server.addr.port}`,
     received,
-    close: () => server.shutdown(),
+    close: () => {
+      closing.abort();
+      return server.shutdown();
+    },
   };
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
 }
 
 // deno-lint-ignore no-explicit-any
