@@ -87,7 +87,7 @@ export async function startService(
   const events: Record<string, unknown>[] = [];
   const output: string[] = [];
   const { promise: address, resolve: listening } = Promise.withResolvers<string>();
-  const readLines = async (stream: ReadableStream<Uint8Array>) => {
+  const readLines = async (stream: ReadableStream<Uint8Array<ArrayBuffer>>) => {
     let pending = "";
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
       pending += chunk;
