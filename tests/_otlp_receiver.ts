@@ -3,11 +3,8 @@
  * `/v1/metrics`, `/v1/traces` and `/v1/logs`, kept in memory. `http/json` payloads are decoded
  * (the OTLP JSON encoding); `http/protobuf` ones are counted (requests and bytes) only. The tests
  * point the service's `OTEL_EXPORTER_OTLP_ENDPOINT` at it; an operator can run it to see what the
- * service exports, with no collector installed:
- *
- * ```sh
- * deno run --allow-net tests/_otlp_receiver.ts   # listens on 127.0.0.1:4318, prints each export
- * ```
+ * service exports, with no collector installed: `deno run --allow-net tests/_otlp_receiver.ts [port]`
+ * listens on 127.0.0.1 (port 4318 by default) and prints each JSON export.
  *
  * @module
  */
