@@ -388,3 +388,45 @@ Deno.test("deno serve --parallel: every worker's decisions arrive and add up", a
     await receiver.close();
   }
 });
+
+Deno.test("OTel on, Deno KV local-first: each sync is timed with its batch size, and the time since the last good one is observed", async () => {
+  const receiver = startReceiver();
+  const dir = await Deno.makeTempDir();
+  let service: ServiceProcess | undefined;
+  try {
+    service = await startService(
+      otelEnv(receiver.endpoint, {
+        RATE_LIMIT_STORE: "kv",
+        RATE_LIMIT_CONSISTENCY: "local-first",
+        KV_PATH: `${dir}/limits.sqlite3`,
+        OTEL_METRIC_EXPORT_INTERVAL: "300",
+      }),
+      undefined,
+      { stdoutEvents: true },
+    );
+    for (let i = 0; i < 5; i++) {
+      assert.equal(
+        await send(`${service.url}/api/v1/platform`, { caller: `192.0.2.${i + 1}` }),
+        200,
+      );
+    }
+    const { received } = receiver;
+    await until(() => pointsOf(received, "ratelimit.sync.age").length > 0, "sync age");
+    await until(() => pointsOf(received, "ratelimit.sync.duration").length > 0, "sync duration");
+    await service.stop();
+    const syncs = pointsOf(received, "ratelimit.sync.duration");
+    assert.ok(syncs.every((p) => attribute(p.attributes, "ratelimit.sync.outcome") === "ok"));
+    assert.ok(Math.max(...syncs.map(valueOf)) >= 1);
+    const sizes = pointsOf(received, "ratelimit.sync.batch.size");
+    assert.ok(sizes.some((p) => Number(p.sum) >= 5), "the five callers were carried");
+    assert.ok(pointsOf(received, "ratelimit.sync.age").every((p) => valueOf(p) < 60));
+    assert.deepEqual(
+      totals(pointsOf(received, "ratelimit.decisions"), "ratelimit.outcome"),
+      { admitted: 5 },
+    );
+  } finally {
+    await service?.stop();
+    await receiver.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
