@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
-import ts from "typescript";
+import ts from "npm:typescript@5.9.3";
 import { denoInfo, ROOT } from "./_deno_info.ts";
 
 /**
