@@ -360,3 +360,19 @@ Deno.test({
     assert.ok(outcome.answered.get(200)! > 500, `answered: ${outcome.answered.get(200)}`);
   },
 });
+
+Deno.test("deploy/Dockerfile pins the Deno of CI, builds as root and starts as a non-root user with deno task start", () => {
+  const dockerfile = Deno.readTextFileSync(join(DEPLOY, "Dockerfile"));
+  const ciDeno = /deno@(\d+\.\d+\.\d+)/.exec(
+    Deno.readTextFileSync(join(DEPLOY, "..", ".ci", "run")),
+  )![1];
+  const lines = dockerfile.split("\n").filter((line) => line !== "" && !line.startsWith("#"));
+  assert.equal(lines[0], `FROM denoland/deno:${ciDeno}`);
+  const user = lines.findIndex((line) => line.startsWith("USER "));
+  assert.equal(lines[user], "USER deno");
+  // The build runs before USER (as root, over the copied checkout); nothing is written after it.
+  const build = lines.findIndex((line) => line.startsWith("RUN deno task build"));
+  assert.ok(build >= 0 && build < user, dockerfile);
+  assert.ok(!lines.slice(user).some((line) => line.startsWith("RUN ")), dockerfile);
+  assert.equal(lines.at(-1), 'CMD ["task", "start"]');
+});

@@ -3,7 +3,7 @@
  * cache it fetches only the packages serving needs (none that only tests or benchmarks import), and
  * run by another user who may only read the checkout (`nobody`, through `setpriv`) it serves: from
  * the sources with one warning line when no bundle was built, from the bundle once the owner ran
- * `deno task build`.
+ * `deno task build`, with a Deno cache it may only read as well (deploy/Dockerfile's steps).
  *
  * @module
  */
@@ -209,11 +209,14 @@ Deno.test({
     const build = new Deno.Command(Deno.execPath(), {
       args: ["task", "--quiet", "build"],
       cwd: checkout,
+      env: { DENO_DIR: denoDir },
       stdout: "null",
       stderr: "piped",
     }).outputSync();
     assert.ok(build.success, new TextDecoder().decode(build.stderr));
-    new Deno.Command("chmod", { args: ["-R", "a+rX,go-w", checkout] }).outputSync();
+    // As in deploy/Dockerfile: the checkout and now the cache too are root's, readable only.
+    new Deno.Command("chown", { args: ["-R", "root:root", denoDir] }).outputSync();
+    new Deno.Command("chmod", { args: ["-R", "a+rX,go-w", checkout, denoDir] }).outputSync();
     const fromBundle = await startTask([...asNobody, "task", "start"], checkout, env);
     try {
       assert.equal(await status(`${fromBundle.url}/api/v1/platform`), 200);
