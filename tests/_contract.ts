@@ -17,8 +17,8 @@
  * @module
  */
 
-import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
-import addFormatsModule from "ajv-formats";
+import { Ajv2020, type ValidateFunction } from "npm:ajv@8.20.0/dist/2020.js";
+import addFormatsModule from "npm:ajv-formats@3.0.1";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 
 /** The parts of an OpenAPI document the check reads. */

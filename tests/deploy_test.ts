@@ -1,8 +1,9 @@
 /**
- * Tests of the production setup for a VM in deploy/: the systemd unit passes `systemd-analyze
+ * Tests of the production setup for a VM in deploy/: the systemd template unit passes `systemd-analyze
  * verify` and its offline security review, and nginx, run from the shipped configuration (with short
  * timeouts and loopback ports substituted in) in front of the real service, cuts idle and slow
- * clients, serves normal ones, and keeps one rate limit per client address.
+ * clients, serves normal ones, keeps one rate limit per client address, and loses no request while
+ * its two instances are restarted one at a time.
  *
  * @module
  */
@@ -11,11 +12,14 @@ import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./_redis.ts";
-import { startService } from "./_service_process.ts";
+import { type ServiceProcess, startService } from "./_service_process.ts";
+import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 import { findTool, toolUnavailableReason } from "./_tools.ts";
 
 const DEPLOY = join(import.meta.dirname!, "..", "deploy");
-const UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery.service"));
+const UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery@.service"));
+/** The instances the operator's guide runs: one per port, both named in nginx.conf. */
+const INSTANCES = ["8001", "8002"];
 const NGINX_CONF = Deno.readTextFileSync(join(DEPLOY, "nginx.conf"));
 const BINARY = "/usr/local/bin/discovery";
 
@@ -33,21 +37,23 @@ function serviceSettings(unit: string): Map<string, string[]> {
   return settings;
 }
 
-/** The unit with ExecStart pointing at a stub executable: verify needs the binary to exist. */
+/** An instance of the unit with ExecStart pointing at a stub executable: verify needs the binary. */
 function unitWithStubBinary(): string {
   const dir = Deno.makeTempDirSync();
   const stub = join(dir, "discovery");
   Deno.writeTextFileSync(stub, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
   assert.ok(UNIT.includes(`ExecStart=${BINARY}\n`));
-  const path = join(dir, "discovery.service");
-  Deno.writeTextFileSync(path, UNIT.replace(`ExecStart=${BINARY}`, `ExecStart=${stub}`));
-  return path;
+  Deno.writeTextFileSync(
+    join(dir, "discovery@.service"),
+    UNIT.replace(`ExecStart=${BINARY}`, `ExecStart=${stub}`),
+  );
+  return join(dir, `discovery@${INSTANCES[0]}.service`);
 }
 
 const noSystemd = toolUnavailableReason("systemd-analyze", "systemd");
 
 Deno.test({
-  name: `deploy/discovery.service passes systemd-analyze verify with no warning${
+  name: `deploy/discovery@.service passes systemd-analyze verify with no warning${
     noSystemd ? ` (ignored: ${noSystemd})` : ""
   }`,
   ignore: noSystemd !== undefined,
@@ -64,7 +70,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: `deploy/discovery.service is hardened: offline exposure at most ${MAX_EXPOSURE}${
+  name: `deploy/discovery@.service is hardened: offline exposure at most ${MAX_EXPOSURE}${
     noSystemd ? ` (ignored: ${noSystemd})` : ""
   }`,
   ignore: noSystemd !== undefined,
@@ -81,7 +87,7 @@ Deno.test({
   },
 });
 
-Deno.test("deploy/discovery.service restarts on failure, allows many descriptors and trusts the local nginx", () => {
+Deno.test("deploy/discovery@.service restarts on failure, allows many descriptors and trusts the local nginx", () => {
   const settings = serviceSettings(UNIT);
   const one = (key: string) => {
     const values = settings.get(key);
@@ -101,8 +107,15 @@ Deno.test("deploy/discovery.service restarts on failure, allows many descriptors
   );
   assert.equal(env.HOSTNAME, "127.0.0.1");
   assert.equal(env.TRUSTED_PROXIES, "127.0.0.1,::1");
-  // nginx proxies to the port the unit listens on.
-  assert.match(NGINX_CONF, new RegExp(`server 127\\.0\\.0\\.1:${env.PORT};`));
+  // Each instance listens on its own name's port, and nginx proxies to both instances.
+  assert.equal(env.PORT, "%i");
+  const upstream = /upstream discovery \{([^}]*)\}/.exec(NGINX_CONF)![1]!;
+  const servers = [...upstream.matchAll(/server 127\.0\.0\.1:(\d+)/g)].map((m) => m[1]);
+  assert.deepEqual(servers, INSTANCES);
+  // A request an instance does not answer goes to the other one, idempotent requests only.
+  assert.match(NGINX_CONF, /proxy_next_upstream error timeout http_502 http_503;/);
+  assert.doesNotMatch(NGINX_CONF, /non_idempotent/);
+  assert.match(NGINX_CONF, /proxy_next_upstream_tries 2;/);
 });
 
 /** The test's timeouts, in place of the shipped ones (seconds), so that the test is quick. */
@@ -112,8 +125,11 @@ const TRICKLE_MS = 100;
 /** How late after its timeout nginx may cut a connection and still pass. */
 const CUT_MARGIN_MS = 2000;
 
-/** The shipped nginx.conf with loopback ports, temporary paths and short timeouts. */
-function testNginxConf(dir: string, port: number, upstreamPort: number): string {
+/**
+ * The shipped nginx.conf with loopback ports, temporary paths and short timeouts; the instances'
+ * ports replaced by `upstreamPorts` in order.
+ */
+function testNginxConf(dir: string, port: number, upstreamPorts: [number, number]): string {
   const substitutions: [RegExp, string][] = [
     [/^user www-data;$/m, ""],
     [/^worker_processes auto;$/m, "worker_processes 1;"],
@@ -124,7 +140,8 @@ function testNginxConf(dir: string, port: number, upstreamPort: number): string 
     ],
     [/^ {8}listen 80;$/m, `        listen 127.0.0.1:${port};`],
     [/^ {8}listen \[::\]:80;$/m, ""],
-    [/server 127\.0\.0\.1:8000;/, `server 127.0.0.1:${upstreamPort};`],
+    [/server 127\.0\.0\.1:8001 /, `server 127.0.0.1:${upstreamPorts[0]} `],
+    [/server 127\.0\.0\.1:8002 /, `server 127.0.0.1:${upstreamPorts[1]} `],
     [/client_header_timeout 10s;/, `client_header_timeout ${TEST_TIMEOUT_S}s;`],
     [/client_body_timeout 10s;/, `client_body_timeout ${TEST_TIMEOUT_S}s;`],
     [/keepalive_timeout 15s;/, `keepalive_timeout ${TEST_TIMEOUT_S}s;`],
@@ -177,6 +194,42 @@ async function msUntilClosed(conn: Deno.Conn, started: number): Promise<number> 
 
 const noNginx = toolUnavailableReason("nginx", "nginx-light");
 
+/** nginx run from the test configuration on a free loopback port, in front of `upstreams`. */
+async function startNginx(upstreams: [number, number]): Promise<{
+  port: number;
+  stop(): Promise<void>;
+}> {
+  const dir = Deno.makeTempDirSync();
+  Deno.chmodSync(dir, 0o755);
+  const port = freePort();
+  Deno.writeTextFileSync(join(dir, "nginx.conf"), testNginxConf(dir, port, upstreams));
+  const nginx = new Deno.Command(findTool("nginx")!, {
+    args: [
+      "-p",
+      dir,
+      "-c",
+      join(dir, "nginx.conf"),
+      "-e",
+      join(dir, "error.log"),
+      "-g",
+      "daemon off;",
+    ],
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const stderr = new Response(nginx.stderr).text();
+  const stop = async () => {
+    nginx.kill("SIGQUIT");
+    await nginx.status;
+    assert.doesNotMatch(await stderr, /\[emerg\]/);
+  };
+  await waitForPort(port, 5000).catch(async (error) => {
+    await stop();
+    throw error;
+  });
+  return { port, stop };
+}
+
 Deno.test({
   name:
     `nginx from deploy/nginx.conf cuts idle and slow clients, serves normal ones, one rate limit per client${
@@ -185,28 +238,9 @@ Deno.test({
   ignore: noNginx !== undefined,
   async fn() {
     const service = await startService({ TRUSTED_PROXIES: "127.0.0.1,::1", RATE_LIMIT: "3" });
-    const dir = Deno.makeTempDirSync();
-    Deno.chmodSync(dir, 0o755);
-    const port = freePort();
-    Deno.writeTextFileSync(
-      join(dir, "nginx.conf"),
-      testNginxConf(dir, port, Number(new URL(service.url).port)),
-    );
-    const nginx = new Deno.Command(findTool("nginx")!, {
-      args: [
-        "-p",
-        dir,
-        "-c",
-        join(dir, "nginx.conf"),
-        "-e",
-        join(dir, "error.log"),
-        "-g",
-        "daemon off;",
-      ],
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    const stderr = new Response(nginx.stderr).text();
+    const servicePort = Number(new URL(service.url).port);
+    const nginx = await startNginx([servicePort, servicePort]);
+    const port = nginx.port;
     const held: Deno.Conn[] = [];
     try {
       await waitForPort(port, 5000);
@@ -259,10 +293,86 @@ Deno.test({
           conn.close();
         } catch { /* closed */ }
       }
-      nginx.kill("SIGQUIT");
-      await nginx.status;
+      await nginx.stop();
       await service.stop();
     }
-    assert.doesNotMatch(await stderr, /\[emerg\]/);
   },
+});
+
+/**
+ * How long the rolling restart waits, once a restarted instance answers, before restarting the
+ * next: longer than nginx's `fail_timeout` (1 s), after which nginx sends it requests again.
+ */
+const ROLLING_PAUSE_MS = 1500;
+/** Connections of the client that counts every answer during the rolling restarts. */
+const ROLLING_CLIENTS = 8;
+
+Deno.test({
+  name:
+    `two instances behind deploy/nginx.conf restarted one at a time, twice: every request answered 200${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    const ports: [number, number] = [freePort(), freePort()];
+    const env = (port: number) => ({
+      TRUSTED_PROXIES: "127.0.0.1,::1",
+      RATE_LIMIT: "1000000",
+      PORT: String(port),
+    });
+    const instances: ServiceProcess[] = [];
+    for (const port of ports) instances.push(await startService(env(port)));
+    const nginx = await startNginx(ports);
+    const { promise: restarted, resolve: finish } = Promise.withResolvers<void>();
+    const load = keepAliveLoad({
+      port: nginx.port,
+      connections: ROLLING_CLIENTS,
+      until: restarted,
+      request: () => getHead("/api/v1/platform"),
+      reconnect: true,
+    });
+    const exits: number[] = [];
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // The operator's procedure (deploy/README.md): stop one instance, start it, wait until it
+      // answers, then the other; here twice over.
+      for (const index of [0, 1, 0, 1]) {
+        instances[index]!.kill("SIGTERM");
+        exits.push(await instances[index]!.exited);
+        instances[index] = await startService(env(ports[index]!));
+        const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
+        await direct.body?.cancel();
+        assert.equal(direct.status, 200);
+        await new Promise((resolve) => setTimeout(resolve, ROLLING_PAUSE_MS));
+      }
+    } finally {
+      finish();
+      await load;
+      await nginx.stop();
+      for (const instance of instances) await instance.stop();
+    }
+    const outcome = await load;
+    assert.deepEqual(exits, [0, 0, 0, 0]);
+    assert.deepEqual(
+      { lost: outcome.lost, refused: outcome.refused, statuses: [...outcome.answered.keys()] },
+      { lost: 0, refused: 0, statuses: [200] },
+    );
+    assert.ok(outcome.answered.get(200)! > 500, `answered: ${outcome.answered.get(200)}`);
+  },
+});
+
+Deno.test("deploy/Dockerfile pins the Deno of CI, builds as root and starts as a non-root user with deno task start", () => {
+  const dockerfile = Deno.readTextFileSync(join(DEPLOY, "Dockerfile"));
+  const ciDeno = /deno@(\d+\.\d+\.\d+)/.exec(
+    Deno.readTextFileSync(join(DEPLOY, "..", ".ci", "run")),
+  )![1];
+  const lines = dockerfile.split("\n").filter((line) => line !== "" && !line.startsWith("#"));
+  assert.equal(lines[0], `FROM denoland/deno:${ciDeno}`);
+  const user = lines.findIndex((line) => line.startsWith("USER "));
+  assert.equal(lines[user], "USER deno");
+  // The build runs before USER (as root, over the copied checkout); nothing is written after it.
+  const build = lines.findIndex((line) => line.startsWith("RUN deno task build"));
+  assert.ok(build >= 0 && build < user, dockerfile);
+  assert.ok(!lines.slice(user).some((line) => line.startsWith("RUN ")), dockerfile);
+  assert.equal(lines.at(-1), 'CMD ["task", "start"]');
 });

@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import GithubSlugger from "github-slugger";
+import GithubSlugger from "npm:github-slugger@2.0.0";
 import { marked, type Token, type Tokens } from "marked";
 import { ENV_NAMES, type EnvName, loadConfig } from "../lib/config.ts";
 import { startService } from "./_service_process.ts";

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { HtmlValidate } from "html-validate";
+import { HtmlValidate } from "npm:html-validate@11.18.0";
 import { createHandler } from "../lib/handler.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { testConfig, testContent } from "./_server.ts";

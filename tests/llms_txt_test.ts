@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { marked, type Tokens } from "marked";
-import LLMSTextParser from "llms-txt-parser";
+import LLMSTextParser from "npm:llms-txt-parser@1.0.2";
 import { testConfig, testContent } from "./_server.ts";
 
 /** One link item as a reader sees it. */

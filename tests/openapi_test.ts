@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Validator } from "openapi-schema-validator";
+import { Validator } from "npm:@seriousme/openapi-schema-validator@2.11.0";
 import { ERROR_CODES, errorCatalog } from "../lib/errors.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";

@@ -25,8 +25,8 @@
 import assert from "node:assert/strict";
 import { CHROMIUM, chromiumPresent, LAUNCH_ARGS, skipBrowserTests } from "./_chromium.ts";
 import { join } from "node:path";
-import axe from "axe-core";
-import { type Browser, chromium, type Page } from "playwright-core";
+import axe from "npm:axe-core@4.14.1";
+import { type Browser, chromium, type Page } from "npm:playwright-core@1.65.1";
 import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";

@@ -22,7 +22,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { type Browser, type BrowserContext, chromium, type Page } from "npm:playwright-core@1.65.1";
 import { CHROMIUM, LAUNCH_ARGS, skipBrowserTests } from "./_chromium.ts";
 import { startServer } from "./_server.ts";
 

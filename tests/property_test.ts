@@ -10,7 +10,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
 import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 // @ts-types="npm:@types/http-link-header@1.0.7"
-import LinkHeader from "http-link-header";
+import LinkHeader from "npm:http-link-header@1.1.4";
 import { type Contract, loadContract } from "./_contract.ts";
 import { buildRoutes } from "../lib/routes.ts";
 import { enableCompression } from "../lib/http/representation.ts";

@@ -8,34 +8,32 @@
 
 import denoJson from "../../deno.json" with { type: "json" };
 
-/** The parts of `deno task start`: what it runs before the service, and the `deno run` itself. */
+/** The parts of `deno task start`: its `deno run` flags, the entry (or what picks it), its arguments. */
 interface StartTask {
-  /** Tasks run first (`deno task build && ...`), in order. */
-  before: string[];
-  /** The words of `deno run <flags> <entry> ...`. */
-  run: string[];
+  /** The flags between `deno run` and the entry. */
+  flags: string[];
+  /** The entry module, or the command in `$(...)` that prints it (`lib/server/entry.ts`). */
+  entry: { module: string } | { picker: string[] };
+  /** The words after the entry (`--listen`). */
+  args: string[];
 }
 
 function parseStartTask(task: string): StartTask {
-  const commands = task.split("&&").map((command) => command.trim().split(/\s+/));
-  const run = commands.pop() ?? [];
-  const before = commands.map((words) => {
-    if (words.length !== 3 || words[0] !== "deno" || words[1] !== "task") {
-      throw new Error(`deno task start runs something other than a task first: ${task}`);
-    }
-    return words[2]!;
-  });
-  if (run[0] !== "deno" || run[1] !== "run" || entryIndex(run) < 0) {
-    throw new Error(
-      `deno task start is not "[deno task <name> &&] deno run <flags> <entry>": ${task}`,
-    );
+  const words = (text: string) => text.trim().split(/\s+/).filter((word) => word !== "");
+  const picked = /^deno run (.*?)\$\((deno run [^)]*)\)(.*)$/.exec(task.trim());
+  if (picked) {
+    return {
+      flags: words(picked[1]!),
+      entry: { picker: words(picked[2]!) },
+      args: words(picked[3]!),
+    };
   }
-  return { before, run };
-}
-
-/** Where the entry module (the first `.ts` or `.js` word) is in `deno run`'s words. */
-function entryIndex(words: readonly string[]): number {
-  return words.findIndex((word, index) => index > 1 && /\.(ts|js)$/.test(word));
+  const run = words(task);
+  const index = run.findIndex((word, i) => i > 1 && /\.(ts|js)$/.test(word));
+  if (run[0] !== "deno" || run[1] !== "run" || index < 0) {
+    throw new Error(`deno task start is not "deno run <flags> <entry or $(picker)> ...": ${task}`);
+  }
+  return { flags: run.slice(2, index), entry: { module: run[index]! }, args: run.slice(index + 1) };
 }
 
 /**
@@ -50,13 +48,17 @@ function entryIndex(words: readonly string[]): number {
  * ```
  */
 export function startTaskFlags(task: string = denoJson.tasks.start): string[] {
-  const { run } = parseStartTask(task);
-  return run.slice(2, entryIndex(run));
+  return parseStartTask(task).flags;
 }
 
+/** The entries the pickers of this process printed, by command. */
+const picked = new Map<string, string>();
+
 /**
- * The entry module `deno task start` runs, relative to the project's root (`dist/app/main.js`, the
- * bundle that `deno task build` writes).
+ * The entry module `deno task start` runs, relative to the project's root: the one its picker
+ * (`lib/server/entry.ts`) prints, run in the project's folder once per process (it builds the bundle
+ * when it is stale: a benchmark that starts several services must not rebuild under the running
+ * ones), or the module the task names.
  *
  * @example
  * ```ts
@@ -65,40 +67,29 @@ export function startTaskFlags(task: string = denoJson.tasks.start): string[] {
  * ```
  */
 export function startTaskEntry(task: string = denoJson.tasks.start): string {
-  const { run } = parseStartTask(task);
-  return run[entryIndex(run)]!;
-}
-
-/** The tasks {@linkcode prepareStartTask} has run in this process. */
-const ran = new Set<string>();
-
-/**
- * Runs what `deno task start` runs before the service (`deno task build`: the bundle), in the
- * project's folder, once per process (a benchmark that starts several services must not rebuild
- * under the ones running); throws with its output if one fails.
- */
-export function prepareStartTask(task: string = denoJson.tasks.start): void {
-  const root = new URL("../../", import.meta.url);
-  for (const name of parseStartTask(task).before) {
-    if (ran.has(name)) continue;
-    const { success, stderr } = new Deno.Command(Deno.execPath(), {
-      args: ["task", "--quiet", name],
-      cwd: root,
-      stdout: "null",
+  const { entry } = parseStartTask(task);
+  if ("module" in entry) return entry.module;
+  const key = entry.picker.join(" ");
+  if (!picked.has(key)) {
+    const { success, stdout, stderr } = new Deno.Command(Deno.execPath(), {
+      args: entry.picker.slice(1),
+      cwd: new URL("../../", import.meta.url),
+      stdout: "piped",
       stderr: "piped",
     }).outputSync();
     if (!success) {
-      throw new Error(`deno task ${name} failed:\n${new TextDecoder().decode(stderr)}`);
+      throw new Error(`${key} failed:\n${new TextDecoder().decode(stderr)}`);
     }
-    ran.add(name);
+    picked.set(key, new TextDecoder().decode(stdout).trim());
   }
+  return picked.get(key)!;
 }
 
 /**
  * The arguments of `deno` that run the service as `deno task start` does:
- * `run <flags> <entry> --listen`, after running what the task runs first (the build).
+ * `run <flags> <entry> --listen`, the entry picked (and the bundle built) as the task does.
  */
 export function startTaskArgs(): string[] {
-  prepareStartTask();
-  return ["run", ...startTaskFlags(), startTaskEntry(), "--listen"];
+  const { flags, args } = parseStartTask(denoJson.tasks.start);
+  return ["run", ...flags, startTaskEntry(), ...args];
 }

@@ -179,7 +179,14 @@ const honoOf: Record<string, number> = {};
 const honoPids: Record<string, number> = {};
 for (const scenario of scenarios.filter((s) => s.peer)) {
   const child = spawn(
-    ["run", "--allow-net", "--allow-read=./static", "--allow-env", `${here}/load_hono.ts`],
+    [
+      "run",
+      `--lock=${here}/../deno.lock`,
+      "--allow-net",
+      "--allow-read=./static",
+      "--allow-env",
+      `${here}/load_hono.ts`,
+    ],
     { ...baseEnv, ...scenario.env, PORT: "8000", ACCESS_LOG: "false" },
     "piped",
   );

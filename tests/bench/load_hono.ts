@@ -12,8 +12,8 @@
  */
 // deno-lint-ignore-file no-console
 
-import { Hono } from "hono";
-import { rateLimiter } from "hono-rate-limiter";
+import { Hono } from "npm:hono@4.13.19";
+import { rateLimiter } from "npm:hono-rate-limiter@0.5.4";
 import { createHandler } from "../../lib/handler.ts";
 import { denoEnv, loadConfig } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";

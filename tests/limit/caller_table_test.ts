@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import { CallerTable, parseCallerKey } from "../../lib/limit/caller_table.ts";
 
 /** Caller `n` of a small universe: IPv4, canonical IPv6 /64 keys and other strings, mixed. */

@@ -12,7 +12,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import {

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 
 const POLICY = { limit: 60, windowMs: 60_000 };

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
 import { lazyGlobalsReadBy } from "../_lazy_globals.ts";
