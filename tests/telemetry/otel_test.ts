@@ -372,12 +372,20 @@ Deno.test("deno serve --parallel: every worker's decisions arrive and add up", a
         fetch(`http://127.0.0.1:${port}/api/v1/platform`, {
           client,
           headers: { "x-forwarded-for": `192.0.2.${i + 1}` },
+          signal: AbortSignal.timeout(10_000),
         }).then(async (response) => (await response.body?.cancel(), response.status))),
     );
     client.close();
     assert.deepEqual(new Set(statuses), new Set([200]));
     child.kill("SIGTERM");
-    await child.status;
+    // Bounded: a worker that does not exit fails the test instead of holding the suite.
+    let exitTimer: ReturnType<typeof setTimeout> | undefined;
+    const exited = await Promise.race([
+      child.status.then(() => true),
+      new Promise<false>((resolve) => exitTimer = setTimeout(() => resolve(false), 15_000)),
+    ]);
+    clearTimeout(exitTimer);
+    assert.ok(exited, "deno serve --parallel exits within 15 s of SIGTERM");
     const decisions = pointsOf(receiver.received, "ratelimit.decisions");
     assert.deepEqual(totals(decisions, "ratelimit.outcome"), { admitted: 40 });
   } finally {
