@@ -23,6 +23,7 @@ import {
   trim,
   twoRequests,
 } from "./run_log.ts";
+import type { LogPool } from "./log_pool.ts";
 import { later } from "../timer.ts";
 
 /** Options of {@linkcode MemoryStore}. */
@@ -43,6 +44,18 @@ export interface MemoryStoreStats {
   tracked: number;
   /** Callers forgotten because the cap was reached. */
   evicted: number;
+}
+
+/** What a {@linkcode MemoryStore} holds, in its own accounting (see {@linkcode MemoryStore.memory}). */
+export interface MemoryStoreMemory {
+  /** Timestamps held in pooled logs (callers with one request hold theirs in the table). */
+  logged: number;
+  /**
+   * Bytes of the store's own typed arrays that hold data: the caller table's entries used so far,
+   * its index, and the pooled logs' chunks. Heap objects (rare: keys that are not addresses, logs
+   * above a limit of 256) are not counted.
+   */
+  bytes: number;
 }
 
 /**
@@ -145,6 +158,7 @@ export class MemoryStore implements RateLimitStore {
       table.add(now);
       return this.#first;
     }
+    if (table.logs.count(id) > 0) return this.#hitPooled(id, now, cutoff);
     const log = table.logOf(id);
     if (log === undefined) {
       const single = table.time[id]!;
@@ -154,7 +168,7 @@ export class MemoryStore implements RateLimitStore {
       }
       const decision = decide(1, single, now, policy);
       if (decision.allowed) {
-        table.setLog(id, twoRequests(single, now));
+        table.logs.start(id, single, now);
         if (now > single) table.time[id] = now;
       }
       return decision;
@@ -172,7 +186,9 @@ export class MemoryStore implements RateLimitStore {
     let oldest = 0;
     if (id >= 0) {
       const log = table.logOf(id);
-      if (log !== undefined) {
+      if (table.logs.count(id) > 0) {
+        ({ count, oldest } = table.logs.liveAfter(id, cutoff));
+      } else if (log !== undefined) {
         ({ count, oldest } = liveAfter(log, cutoff));
       } else if (table.time[id]! > cutoff) {
         count = 1;
@@ -211,6 +227,16 @@ export class MemoryStore implements RateLimitStore {
     return { tracked: this.#table.size, evicted: this.#evicted };
   }
 
+  /**
+   * The timestamps in pooled logs and the bytes of the typed arrays that hold the store's data:
+   * what the memory formula of lib/limit/README.md counts, so that a test can pin it.
+   */
+  memory(): MemoryStoreMemory {
+    const table = this.#table;
+    const logs = table.logs.stats();
+    return { logged: logs.timestamps, bytes: table.bytes + logs.bytes };
+  }
+
   /** {@inheritDoc RateLimitStore.close} */
   close(): void {
     this.#cancelStart?.();
@@ -219,7 +245,24 @@ export class MemoryStore implements RateLimitStore {
     this.#timer = undefined;
   }
 
-  /** {@linkcode MemoryStore.hit} for a caller with a run log. */
+  /** {@linkcode MemoryStore.hit} for a caller with a pooled log. */
+  #hitPooled(id: number, now: number, cutoff: number): Decision {
+    const policy = this.#policy;
+    const table = this.#table;
+    const logs = table.logs;
+    const count = logs.trim(id, cutoff);
+    const decision = decide(count, count > 0 ? logs.oldest(id) : undefined, now, policy);
+    if (decision.allowed) {
+      if (count > 0 && !logs.push(id, now)) table.setLog(id, runLogOf(logs, id, now));
+      if (now > table.time[id]! || count === 0) table.time[id] = now;
+    } else if (count > policy.limit) {
+      // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
+      logs.dropOldest(id, count - policy.limit);
+    }
+    return decision;
+  }
+
+  /** {@linkcode MemoryStore.hit} for a caller with a heap run log. */
   #hitLog(id: number, log: RunLog, now: number, cutoff: number): Decision {
     const policy = this.#policy;
     const table = this.#table;
@@ -260,6 +303,19 @@ export class MemoryStore implements RateLimitStore {
     const top = this.#table.top;
     return Math.max(MIN_SWEEP_BUDGET, Math.ceil((top / passes) * VISITS_PER_WINDOW));
   }
+}
+
+/**
+ * Moves entry `id`'s pooled log, full, to a heap run log with one more request at `t` (only above
+ * a limit of 256).
+ */
+function runLogOf(logs: LogPool, id: number, t: number): RunLog {
+  const times = logs.times(id);
+  logs.clear(id);
+  const log = twoRequests(times[0]!, times[1]!);
+  for (let i = 2; i < times.length; i++) add(log, times[i]!);
+  add(log, t);
+  return log;
 }
 
 /**
