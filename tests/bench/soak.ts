@@ -13,7 +13,8 @@
  *
  * Usage: `deno task bench:soak [--minutes 3] [--callers 262144] [--window 60] [--limit 60]
  * [--hot 50] [--hot-every 50] [--cap 500000] [--idle <seconds>] [--sample 5] [--segment 60]
- * [--trace-gc <file>] [--json <file>]`. `--window` sets `RATE_LIMIT_WINDOW_SECONDS` (a shorter one
+ * [--trace-gc <file>] [--smaps <file>] [--json <file>]`. `--smaps` copies the service's
+ * `/proc/<pid>/smaps` at the end of the idle time (which mappings hold what is left). `--window` sets `RATE_LIMIT_WINDOW_SECONDS` (a shorter one
  * keeps a run short; the figures in tests/bench/README.md are for the default 60 s); the idle time
  * defaults to one and a half windows plus 5 s (a caller is swept at most half a window after it
  * expires). Only 127.0.0.1 is targeted; every wrk run is bounded by its duration.
@@ -40,6 +41,7 @@ const { values: args } = parseArgs({
     segment: { type: "string", default: "60" },
     connections: { type: "string", default: "50" },
     "trace-gc": { type: "string" },
+    smaps: { type: "string" },
     json: { type: "string" },
   },
 });
@@ -198,6 +200,13 @@ async function soak() {
     await new Promise((r) => setTimeout(r, idleSeconds * 1000));
     await stopSampling();
     const idle = await status(service.pid);
+    if (args.smaps !== undefined) {
+      const out = await new Deno.Command("cat", {
+        args: [`/proc/${service.pid}/smaps`],
+        stdout: "piped",
+      }).output();
+      await Deno.writeFile(args.smaps, out.stdout);
+    }
     const steady = samples.filter(([t]) => t >= windowSeconds && t <= loadEnd).map(([, r]) => r);
     return { started, segments, samples, steady, atLoadEnd, idle, loadEnd };
   } finally {
