@@ -30,8 +30,8 @@ const ENCODER = new TextEncoder();
 
 /**
  * One operational event as a JSON line on stderr (stdout carries the access log). Written directly
- * rather than with `console.error`, whose first use loads the console (README, "Cold start"): the
- * "listening" line comes before the first response.
+ * rather than with `console.error`, whose first use loads the console (lib/README.md, "Cold
+ * start"): the "listening" line comes before the first response.
  */
 function event(
   level: "info" | "warn" | "error",
@@ -71,7 +71,7 @@ function storeIncidentLogger(
 /**
  * Prints the one sentence `explain` makes of a start-up failure and exits 1: start-up failures are
  * the operator's, not a stack trace. The explanations' module is imported only then, so that a
- * start that succeeds does not load it (README, "Cold start").
+ * start that succeeds does not load it (lib/README.md, "Cold start").
  */
 async function fatalExplained(
   explain: (startup: typeof import("./lib/server/startup.ts")) => string,
@@ -94,7 +94,8 @@ async function configure(): Promise<
   { onDeploy: boolean; platform: DeployEnv; loaded: ReturnType<typeof loadConfig> }
 > {
   // Deno Deploy sets DENO_DEPLOY=true (`onDenoDeploy` in lib/server/deno_deploy.ts, tested there);
-  // that module, with the platform's defaults, is imported on Deploy only (README, "Cold start").
+  // that module, with the platform's defaults, is imported on Deploy only (lib/README.md, "Cold
+  // start").
   const onDeploy = readEnv("DENO_DEPLOY") === "true";
   const platform = onDeploy
     ? (await import("./lib/server/deno_deploy.ts")).deployEnv(readEnv)
@@ -166,11 +167,11 @@ const fetch = createHandler({
   onNoAddress: () =>
     event(
       "error",
-      'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (README, "Caller identity"). Said once.',
+      'a request came from a peer with no IP address (unix socket or vsock) and no forwarded client address: every such caller shares ONE rate-limit budget. Put a proxy in front that sets X-Forwarded-For or Forwarded, and set TRUSTED_PROXIES=unix and TRUSTED_PROXY_HEADER to match (lib/limit/README.md, "Caller identity"). Said once.',
     ),
   // Nothing is built before listening, so the first request is not kept waiting: each path's first
   // request builds its representations (Web Crypto ETags), and the warm-up builds the rest, pages
-  // and compressed bodies included (README, "Cold start").
+  // and compressed bodies included (lib/README.md, "Cold start").
   warmUp: {
     signal: warmUpStop.signal,
     onDone: ({ variants, ms }) =>

@@ -59,7 +59,10 @@ export interface Config extends StoreSettings {
 /** The outcome of {@linkcode loadConfig}: a config, or every problem found. */
 export type ConfigResult = { ok: true; config: Config } | { ok: false; errors: string[] };
 
-/** The environment variables the service reads, in the order the README documents them. */
+/**
+ * The environment variables the service reads; each is a row of README.md's configuration table
+ * (tests/docs_test.ts checks both ways).
+ */
 export const ENV_NAMES = [
   "PORT",
   "HOSTNAME",

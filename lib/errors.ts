@@ -11,7 +11,10 @@ import type { Config } from "./config.ts";
 import { escapeHtml } from "./pages/layout.ts";
 import { STATUS } from "./http/message.ts";
 
-/** The stable error codes. Adding one is a change of the public contract (README, OpenAPI). */
+/**
+ * The stable error codes. Adding one is a change of the public contract (README.md's error codes and
+ * the OpenAPI document).
+ */
 export type ErrorCode =
   | "bad_request"
   | "not_found"

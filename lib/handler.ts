@@ -52,7 +52,7 @@ export type Handler = (request: Request, info: PeerInfo) => Response | Promise<R
  * needs no npm package (all but the pages; their ETags are Web Crypto digests, asynchronous), and it
  * resolves once they are built. Until then nothing is built: each path's first request builds its
  * own (or the warm-up does), so that a cold start's first response waits for one path, not all
- * (README, "Cold start"). A path whose representations failed to build answers 500.
+ * (lib/README.md, "Cold start"). A path whose representations failed to build answers 500.
  */
 export type ServiceHandler = Handler & { readonly ready: Promise<void> };
 
@@ -235,7 +235,7 @@ export const WARM_UP_DELAY = 500;
 
 /**
  * Starts the warm-up (`warm_up.ts`) once its delay has passed, importing its module only then, so
- * that a cold start's first response does not wait for it to load (README, "Cold start").
+ * that a cold start's first response does not wait for it to load (lib/README.md, "Cold start").
  */
 function scheduleWarmUp(table: ReadonlyMap<string, Route>, options: WarmUpOptions): void {
   later(options.delayMs ?? WARM_UP_DELAY, () => {

@@ -173,7 +173,7 @@ function deferred(make: () => Promise<Representation>): Deferred {
 
 /**
  * A representation built the first time its path is prepared: a page's HTML is rendered from its
- * Markdown then, not at start-up (README, "Cold start").
+ * Markdown then, not at start-up (lib/README.md, "Cold start").
  */
 function lazyRepresentation(
   type: string,

@@ -3,9 +3,9 @@
  *
  * Deno's global `setTimeout` and `setInterval` are Node's (`node:timers`), which the runtime loads
  * the first time either is read: Node's internal errors, async hooks and timers modules, about 5 ms
- * of a cold start (README, "Cold start"). `AbortSignal.timeout` runs on the runtime's own timer, so
- * the warm-up's delay, the memory store's first sweep and the access log's first flush wait with it,
- * and the first response does not pay for Node's timers.
+ * of a cold start (lib/README.md, "Cold start"). `AbortSignal.timeout` runs on the runtime's own
+ * timer, so the warm-up's delay, the memory store's first sweep and the access log's first flush
+ * wait with it, and the first response does not pay for Node's timers.
  *
  * @module
  */

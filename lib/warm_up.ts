@@ -6,8 +6,9 @@
  *
  * It does not load `npm:negotiator`: the common `Accept` and `Accept-Encoding` values are answered
  * without it, and loading it (a CommonJS package, so Node compatibility with it) for the rare request
- * that needs it would keep megabytes resident in every process that never sees one (README, "The hot
- * caller"). Such a request loads it itself (`handler.ts`).
+ * that needs it would keep megabytes resident in every process that never sees one
+ * (tests/bench/README.md, "The hot caller and memory"). Such a request loads it itself
+ * (`handler.ts`).
  *
  * @module
  */

@@ -3,7 +3,7 @@
  * for in-process tests. `setTimeout`, `setInterval` and the other timers come from `node:timers`
  * (Node's errors, async hooks and timers: about 5 ms the first time one is read), `Buffer` and
  * `process` from Node compatibility, `atob` and `btoa` from their own module. What the service does
- * before its first response must read none of them (README, "Cold start").
+ * before its first response must read none of them (lib/README.md, "Cold start").
  *
  * @module
  */

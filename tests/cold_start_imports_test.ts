@@ -2,9 +2,10 @@
  * Cold start, tested on the real module graph: which `node:` modules and npm packages main.ts loads
  * before it can answer (its static imports, followed transitively; dynamic imports are loaded after
  * listening or when first needed). Node compatibility and npm packages cost most of a cold start
- * (README, "Cold start"), so no `node:` module and no npm package may be in the static graph. And a
- * fresh process answers a request that needs what it has not loaded yet as it would later, except
- * that until the warm-up has compressed its bodies it answers br and gzip requests in identity.
+ * (lib/README.md, "Cold start"), so no `node:` module and no npm package may be in the static
+ * graph. And a fresh process answers a request that needs what it has not loaded yet as it would
+ * later, except that until the warm-up has compressed its bodies it answers br and gzip requests in
+ * identity.
  *
  * @module
  */
@@ -66,7 +67,7 @@ Deno.test("main.ts loads none of the shared stores' modules before its first res
 Deno.test("main.ts loads the start-up explanations, Deno Deploy's defaults and the warm-up only when it needs them", async () => {
   const loaded = await staticallyLoaded();
   assert.ok(loaded.has("lib/handler.ts"), "the graph is read as paths from the root");
-  // Failures only; on Deno Deploy only; 0.5 s after start-up (README, "Cold start").
+  // Failures only; on Deno Deploy only; 0.5 s after start-up (lib/README.md, "Cold start").
   const later = ["lib/server/startup.ts", "lib/server/deno_deploy.ts", "lib/warm_up.ts"];
   assert.deepEqual(later.filter((path) => loaded.has(path)), []);
 });
@@ -261,8 +262,8 @@ function closedLoopbackUrl(): string {
 // Deno reads, and resolves, every statically analysable dynamic import when it builds the graph at
 // start-up, unless told to wait for the import (`--unstable-lazy-dynamic-imports`, which
 // `deno task start` passes): the modules main.ts imports on demand and the npm packages behind them
-// (negotiator, marked, the Redis client) were read and resolved before main.ts ran (README, "Cold
-// start"). An empty Deno cache and an unreachable npm registry make that visible: Deno then says
+// (negotiator, marked, the Redis client) were read and resolved before main.ts ran (lib/README.md,
+// "Cold start"). An empty Deno cache and an unreachable npm registry make that visible: Deno then says
 // "Download" for each package it resolves.
 Deno.test("deno task start resolves no npm package before its first responses: an empty Deno cache and an unreachable registry do not reach them", async () => {
   const cache = await Deno.makeTempDir({ prefix: "discovery-empty-deno-dir-" });
@@ -304,9 +305,10 @@ Deno.test("with exactly deno task start's permissions, what main.ts imports on d
   }
 });
 
-// `deno task start` runs main.ts bundled (`deno task build`: `deno bundle`, README "Cold start"): the
-// same service in five modules of JavaScript instead of 27 of TypeScript. It must answer byte for byte
-// as main.ts does, `static/` found from the bundle's folder as from lib/pages/.
+// `deno task start` runs main.ts bundled (`deno task build`: `deno bundle`, lib/README.md, "Cold
+// start"): the same service in five modules of JavaScript instead of 27 of TypeScript. It must
+// answer byte for byte as main.ts does, `static/` found from the bundle's folder as from
+// lib/pages/.
 Deno.test("the bundle deno task start runs answers every path with the bytes, ETags and fields main.ts answers", async () => {
   const env = { ACCESS_LOG: "false", PUBLIC_BASE_URL: "https://discovery.example.com" };
   const bundle = await startAsTask(env);

@@ -448,7 +448,8 @@ Deno.test("every task that runs the service caps V8's young generation the same 
   const runners = ["start", "start:kv", "start:parallel", "dev", "compile"];
   const flagsOf = (task: string) =>
     String(deno.tasks[task]).split(/\s+/).filter((word) => word.startsWith("--v8-flags="));
-  // The hot caller's peak RSS (README, "The hot caller"): V8 would grow each semi-space to 16 MiB.
+  // The hot caller's peak RSS (tests/bench/README.md, "The hot caller and memory"): V8 would grow
+  // each semi-space to 16 MiB.
   assert.deepEqual(flagsOf("start"), ["--v8-flags=--max-semi-space-size=2"]);
   for (const task of runners) assert.deepEqual(flagsOf(task), flagsOf("start"), task);
 });

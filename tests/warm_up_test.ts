@@ -80,7 +80,8 @@ Deno.test("warmUp() waits for its delay without reading a lazily loaded global (
 });
 
 // negotiator is CommonJS: loading it brings Node compatibility, megabytes resident for the life of a
-// process that may never see an Accept value it is needed for (README, "The hot caller").
+// process that may never see an Accept value it is needed for (tests/bench/README.md, "The hot
+// caller and memory").
 Deno.test("warmUp() over the service's routes compresses every representation without loading negotiator", async () => {
   const loaded = loadConfig(recordEnv({}));
   assert.ok(loaded.ok);

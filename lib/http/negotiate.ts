@@ -8,8 +8,8 @@
  * look-up.
  *
  * `npm:negotiator` is imported dynamically ({@linkcode loadNegotiator}): loading it (and the Node
- * compatibility it needs) before the first response would double a cold start (README, "Cold
- * start"), and keeping it resident costs megabytes in a process that never needs it. The common
+ * compatibility it needs) before the first response would double a cold start (lib/README.md,
+ * "Cold start"), and keeping it resident costs megabytes in a process that never needs it. The common
  * header values are answered without it, with the same result (a property test compares the two);
  * any other value throws {@linkcode NegotiatorNotLoadedError} until it is loaded, and the request
  * waits for the import.

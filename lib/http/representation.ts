@@ -7,8 +7,8 @@
  * the representation is built, the compressed bodies (the web's `CompressionStream`, asynchronous)
  * once compression is enabled ({@linkcode enableCompression}, which the warm-up calls after the
  * service listens). No `node:` module is imported, statically or dynamically: Node compatibility
- * would delay the first response (README, "Cold start") and add to the process's resident memory
- * (README, "The hot caller").
+ * would delay the first response (lib/README.md, "Cold start") and add to the process's resident
+ * memory (tests/bench/README.md, "The hot caller and memory").
  *
  * @module
  */
@@ -80,9 +80,9 @@ const ENCODER = new TextEncoder();
  * compressed before the promise resolves; a representation built before that gets them from
  * `compress()`, which the warm-up awaits, or in the background from the first read of
  * `variants.br` or `variants.gzip` (that read still gets `undefined`): compressing at start-up would
- * delay the first response (README, "Cold start"). A compressed variant's ETag is the identity ETag
- * with the coding appended: its bytes are a function of the identity bytes (the runtime's fixed
- * settings, {@linkcode compressBytes}), so it changes with them.
+ * delay the first response (lib/README.md, "Cold start"). A compressed variant's ETag is the
+ * identity ETag with the coding appended: its bytes are a function of the identity bytes (the
+ * runtime's fixed settings, {@linkcode compressBytes}), so it changes with them.
  *
  * @example
  * ```ts
@@ -176,7 +176,7 @@ const STREAM_FORMATS = { br: "brotli", gzip: "gzip" } as const;
 /**
  * Compresses `bytes` with the runtime's `CompressionStream` (brotli and gzip, Deno's own settings):
  * no Node compatibility layer to load and keep resident, and no step long enough to hold up the
- * requests that arrive meanwhile (README, "Compression").
+ * requests that arrive meanwhile (lib/README.md, "Compression and caching").
  *
  * @example
  * ```ts

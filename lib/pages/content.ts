@@ -14,7 +14,7 @@
  * A page's HTML comes from its template rendered at build time (`deno task render`, `prerender.ts`)
  * when its sources are those it was rendered from and the configuration's values are plain; only
  * otherwise is `marked` imported, by `prepareMarkdown()`, and the page rendered from its filled
- * Markdown. None of it delays the first response (README, "Cold start").
+ * Markdown. None of it delays the first response (lib/README.md, "Cold start").
  *
  * @module
  */
@@ -34,7 +34,7 @@ export const STATIC_DIR: string = staticDir(import.meta.dirname);
 
 /**
  * `static/` two folders above `here` (this module's folder), by plain string handling: `node:path`
- * would load Node compatibility before the first response (README, "Cold start").
+ * would load Node compatibility before the first response (lib/README.md, "Cold start").
  */
 function staticDir(here: string | undefined): string {
   if (here === undefined) return "../../static";
@@ -174,7 +174,7 @@ export function fill(
 /**
  * The values of `values` escaped as the content of a JSON string, so that filling a JSON text in
  * place keeps it valid: a walk over the parsed document cost a cold start about 4 ms for
- * `openapi.json` (README, "Cold start").
+ * `openapi.json` (lib/README.md, "Cold start").
  */
 function jsonStringValues(values: Record<string, string>): Record<string, string> {
   return Object.fromEntries(
@@ -259,7 +259,8 @@ export function loadContent(
       "/developers/deprecation-policy",
       "/developers/deprecation-policy.md",
     ),
-    // Minified when first sent, not at start-up (0.7 ms of loadContent's 3-5: README, "Cold start").
+    // Minified when first sent, not at start-up (0.7 ms of loadContent's 3-5: lib/README.md, "Cold
+    // start").
     get openapi() {
       return openapi ??= JSON.stringify(openapiDocument);
     },
@@ -417,9 +418,9 @@ type RenderPage = (file: PageFile, markdown: () => string) => string;
  * The pages' renderer. `prepare(file)` imports the prerendered pages (`prerendered.json`) and keeps
  * that page's HTML filled with `values` when its sources' digest matches and every value is plain
  * (`prerender.ts`), and, for a page holding the API reference, the reference's Markdown likewise;
- * only when the page is left over does it import `marked` (README, "Cold start"). Each page is
- * prepared on its own, so that the first request of `/` digests and fills `index.md` only, not the
- * API reference and `openapi.json`. `render` throws until `prepare` has resolved for the page;
+ * only when the page is left over does it import `marked` (lib/README.md, "Cold start"). Each page
+ * is prepared on its own, so that the first request of `/` digests and fills `index.md` only, not
+ * the API reference and `openapi.json`. `render` throws until `prepare` has resolved for the page;
  * `apiReference` is `undefined` until then, or when the reference must be generated.
  */
 function pageRenderer(

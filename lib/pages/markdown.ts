@@ -1,6 +1,7 @@
 /**
  * The Markdown renderer of the pages (`marked` with GitHub-style heading ids), in a module of its own
- * so that `marked` is loaded when the first page is built, not at start-up (README, "Cold start").
+ * so that `marked` is loaded when the first page is built, not at start-up (lib/README.md, "Cold
+ * start").
  *
  * @module
  */

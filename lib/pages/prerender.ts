@@ -1,6 +1,6 @@
 /**
  * The portal's pages rendered at build time (`deno task render`), so that serving one needs no
- * Markdown renderer (README, "Cold start").
+ * Markdown renderer (lib/README.md, "Cold start").
  *
  * A page's Markdown is filled from the configuration before it is rendered, and the configuration
  * differs per deployment. So the build fills it with a stable sentinel per placeholder instead

@@ -84,7 +84,7 @@ export function forMethod(pair: MethodTemplates, method: string): ResponseTempla
  * ```
  */
 export function createErrorRenderer(config: Config, site: Site): ErrorRenderer {
-  // Built with the first error rendered, not at start-up (README, "Cold start").
+  // Built with the first error rendered, not at start-up (lib/README.md, "Cold start").
   let catalog: ReturnType<typeof errorCatalog> | undefined;
   return (code, type) => {
     const info = (catalog ??= errorCatalog(config))[code];

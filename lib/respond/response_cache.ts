@@ -115,7 +115,8 @@ const SEEN_PER_ENTRY = 4;
  * share a few hundred keys, kept once; a hot caller under a high limit sees its `remaining` drift
  * through new values, and keeping each on its second sight kept and soon dropped thousands of
  * responses a second: V8, seeing them survive its scavenges, grew its young generation and old
- * space, and the process's peak RSS rose by about 50 MiB (README, "The hot caller").
+ * space, and the process's peak RSS rose by about 50 MiB (tests/bench/README.md, "The hot caller
+ * and memory").
  */
 const KEEP_EVERY = 256;
 

@@ -103,7 +103,7 @@ interface PathErrors {
  *
  * Nothing is rendered here: each template (an error, a preflight, a 404) is built the first time a
  * request needs it and kept, so that a cold start's first 200 does not wait for the error responses
- * of every path (README, "Cold start"). A template read twice is the same object.
+ * of every path (lib/README.md, "Cold start"). A template read twice is the same object.
  *
  * @example
  * ```ts
@@ -138,7 +138,7 @@ export function buildServiceTemplates(
   };
   const sets = createVariantSets();
   // Most paths have no fields of their own: they share the unknown path's error templates, built
-  // once rather than per path (each is encoded and decoded once; cold start, README).
+  // once rather than per path (each is encoded and decoded once; lib/README.md, "Cold start").
   const unknownPath = pathTemplates(errors, []);
   const shared = {
     path: unknownPath,

@@ -111,7 +111,7 @@ export function explainKvError(
 
 /**
  * The absolute folder of the file `path`, by plain string handling: `node:path` would load Node
- * compatibility before the first response (README, "Cold start").
+ * compatibility before the first response (lib/README.md, "Cold start").
  */
 function folderOf(path: string): string {
   const absolute = /^([\\/]|[A-Za-z]:)/.test(path) ? path : `${Deno.cwd()}/${path}`;

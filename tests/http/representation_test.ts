@@ -55,7 +55,7 @@ function reachable(info: DenoInfo, root: string): string[] {
 }
 
 // Node compatibility (node:zlib loads it) keeps megabytes resident for the life of the process:
-// README, "The hot caller".
+// tests/bench/README.md, "The hot caller and memory".
 Deno.test("representation.ts and the warm-up reach no node: module and no npm package, even dynamically", async () => {
   const info = await denoInfo();
   for (const module of ["lib/http/representation.ts", "lib/warm_up.ts"]) {

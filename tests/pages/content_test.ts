@@ -189,9 +189,9 @@ Deno.test("loadContent() loads the pages' renderer only when asked: a page's HTM
   assert.match(home.html, /<!doctype html>/i);
 });
 
-// A cold start's first request of `/` waits for its page only (README, "Cold start"): not for the
-// digest of openapi.json (87 KB, twice: the API reference's sources and /developers') nor for filling
-// the other pages' templates.
+// A cold start's first request of `/` waits for its page only (lib/README.md, "Cold start"): not
+// for the digest of openapi.json (87 KB, twice: the API reference's sources and /developers') nor
+// for filling the other pages' templates.
 Deno.test("preparing one page digests and fills that page only: / does not wait for openapi.json or the other pages", async () => {
   const result = loadContent(config());
   if (!result.ok) assert.fail(result.errors.join("\n"));
