@@ -12,18 +12,29 @@
  * (k = 2..8: 4 to 256 timestamps, absolute milliseconds, ascending from its head), taken from the
  * chunks of its size class. A log that fills its ring moves to the next class; one trimmed to a
  * quarter of its ring moves to the one below, so a log costs at most four times its live
- * timestamps and usually under two. Chunks are 256 KiB, allocated one at a time as a class needs
- * room (no table is ever doubled or copied), and a segment is always taken from the lowest chunk
- * with room, so that when callers leave, the last chunks empty out and are given back to the
- * system (`ArrayBuffer.prototype.transfer(0)` frees their memory at once, not at the next full
- * collection). A log longer than the largest ring (only above a limit of 256) is left to the
- * caller, which keeps it as a heap `RunLog`.
+ * timestamps and usually under two. A segment is always taken from the lowest chunk with room, and
+ * within a chunk the last one freed or else the first never used, so the pages a class touches are
+ * about as many as its busiest moment needed; no table is ever doubled or copied.
+ *
+ * A chunk is a little over 32 MiB of address space, of which only the pages written become
+ * resident: glibc's `malloc` gives a block that large its own mapping, which the kernel fills with
+ * zero pages as they are first touched, and unmaps it the moment it is freed. (Smaller blocks come
+ * from the `malloc` heap once one large block has been freed, and freeing them gave nothing back:
+ * measured, about 20 MiB stayed resident after every caller had left.) The sweep gives back the
+ * empty chunks at the end of each class (`ArrayBuffer.prototype.transfer(0)` frees the memory at
+ * once, not at the next full collection), off the request path. A log longer than the largest
+ * ring (only above a limit of 256) is left to the caller, which keeps it as a heap `RunLog`.
  *
  * @module
  */
 
-/** Bytes of one chunk of any class. */
-export const CHUNK_BYTES = 256 * 1024;
+/**
+ * Bytes of address space of one chunk of any class: above glibc's largest dynamic mmap threshold
+ * (32 MiB on 64-bit), so that every chunk is its own mapping, touched page by page.
+ */
+export const CHUNK_BYTES = 33 * 1024 * 1024;
+/** Pages, for the accounting of what a chunk has touched. */
+const PAGE_BYTES = 4096;
 /** Slots of one chunk. */
 const CHUNK_SLOTS = CHUNK_BYTES / 8;
 /** The smallest ring, as a power of two (4 slots). */
@@ -64,7 +75,7 @@ class SizeClass {
     return c * this.per + s;
   }
 
-  /** Gives segment `seg` back; gives back the last chunks once two of them are empty. */
+  /** Gives segment `seg` back (its chunk stays until {@linkcode SizeClass.release}). */
   give(seg: number): void {
     const c = Math.floor(seg / this.per);
     const s = seg - c * this.per;
@@ -72,15 +83,15 @@ class SizeClass {
     this.#free[c] = s;
     this.#live[c]!--;
     this.#room[c >>> 5]! |= 1 << (c & 31);
-    const last = this.chunks.length - 1;
-    if (c >= last - 1 && last >= 1 && this.#live[last] === 0 && this.#live[last - 1] === 0) {
-      this.#release();
-    }
   }
 
-  /** Bytes held in chunks. */
+  /** Bytes of the chunks' pages touched so far (segments ever used, whole pages). */
   get bytes(): number {
-    return this.chunks.length * CHUNK_BYTES;
+    let bytes = 0;
+    for (const fresh of this.#fresh) {
+      bytes += Math.ceil((fresh * this.size * 8) / PAGE_BYTES) * PAGE_BYTES;
+    }
+    return bytes;
   }
 
   #lowestWithRoom(): number {
@@ -103,9 +114,9 @@ class SizeClass {
     return c;
   }
 
-  /** Frees every empty chunk at the end but one (a spare, so that a boundary does not thrash). */
-  #release(): void {
-    while (this.chunks.length >= 2 && this.#live.at(-1) === 0 && this.#live.at(-2) === 0) {
+  /** Frees the empty chunks at the end (segment numbers of the others stay as they are). */
+  release(): void {
+    while (this.chunks.length > 0 && this.#live.at(-1) === 0) {
       const c = this.chunks.length - 1;
       // Detaching frees the memory now; dropping the array alone would wait for a full collection.
       this.chunks.pop()!.buffer.transfer(0);
@@ -123,7 +134,7 @@ export interface LogPoolStats {
   logs: number;
   /** Timestamps in pooled logs (some may have left the window but not yet been trimmed). */
   timestamps: number;
-  /** Bytes of the chunks held, plus the per-entry bookkeeping of the entries used so far. */
+  /** Bytes of the chunks' pages touched, plus the per-entry bookkeeping of the entries used. */
   bytes: number;
 }
 
@@ -258,6 +269,14 @@ export class LogPool {
     this.#shift[id] = 0;
     this.#count[id] = 0;
     this.#logs--;
+  }
+
+  /**
+   * Gives back the memory of the empty chunks at the end of each class: called by the sweep, so
+   * that the request path never unmaps (nor maps again a moment later).
+   */
+  release(): void {
+    for (let shift = MIN_SHIFT; shift <= MAX_SHIFT; shift++) this.#classes[shift]!.release();
   }
 
   /** Pooled logs, their timestamps, and the bytes they hold. */

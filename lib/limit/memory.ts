@@ -219,6 +219,7 @@ export class MemoryStore implements RateLimitStore {
       cursor++;
     }
     this.#cursor = cursor;
+    table.logs.release();
     if (this.#atCapacity && table.size < table.capacity) this.#atCapacity = false;
   }
 

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { CHUNK_BYTES, LogPool, MAX_POOLED } from "../../lib/limit/log_pool.ts";
+import { LogPool, MAX_POOLED } from "../../lib/limit/log_pool.ts";
 
 const T0 = 1_700_000_000_000;
 
@@ -77,21 +77,30 @@ Deno.test("a full pooled log refuses one more time and keeps what it holds", () 
   assert.equal(pool.oldest(0), T0);
 });
 
-Deno.test("the pool takes chunks one at a time as logs arrive and gives them back as they leave", () => {
-  const callers = 40_000; // rings of 4: 8,192 per chunk, so five chunks
+Deno.test("the pool counts the pages its logs touch, and gives chunks back once they are empty", () => {
+  const callers = 40_000;
   const pool = new LogPool(callers);
+  const bookkeeping = callers * 9;
   for (let id = 0; id < callers; id++) pool.start(id, T0, T0 + 1);
-  const full = pool.stats();
-  assert.equal(full.logs, callers);
-  const ringBytes = callers * 4 * 8;
-  assert.ok(full.bytes >= ringBytes, `${full.bytes} bytes for ${ringBytes} of rings`);
-  assert.ok(full.bytes <= ringBytes + CHUNK_BYTES + callers * 9, `${full.bytes} bytes`);
-  for (let id = callers - 1; id >= 0; id--) pool.clear(id);
-  // All gone but one spare chunk and the per-entry bookkeeping.
-  assert.equal(pool.stats().bytes, CHUNK_BYTES + callers * 9);
-  // Callers leaving in the order they came (oldest first) empty the last chunks too, since new
-  // logs always fill the lowest chunk with room.
-  for (let id = 0; id < callers; id++) pool.start(id, T0, T0 + 1);
+  const rings = Math.ceil((callers * 4 * 8) / 4096) * 4096; // rings of 4 float64s, whole pages
+  assert.deepEqual(pool.stats(), {
+    logs: callers,
+    timestamps: 2 * callers,
+    bytes: rings + bookkeeping,
+  });
+  // Half the callers grow to rings of 8: pages of both classes are touched.
+  for (let id = 0; id < callers / 2; id++) for (let k = 0; k < 3; k++) pool.push(id, T0 + 2 + k);
+  const both = rings + Math.ceil((callers / 2) * 8 * 8 / 4096) * 4096 + bookkeeping;
+  assert.equal(pool.stats().bytes, both);
+  // The freed rings of 4 are reused before any page never touched.
+  for (let id = 0; id < callers / 2; id++) pool.clear(id);
+  for (let id = 0; id < callers / 2; id++) pool.start(id, T0, T0 + 1);
+  assert.equal(pool.stats().bytes, both, "an empty chunk stays until the sweep releases it");
+  pool.release(); // the rings of 8 are all empty: their chunk is given back
+  assert.equal(pool.stats().bytes, rings + bookkeeping);
   for (let id = 0; id < callers; id++) pool.clear(id);
-  assert.equal(pool.stats().bytes, CHUNK_BYTES + callers * 9);
+  pool.release();
+  assert.deepEqual(pool.stats(), { logs: 0, timestamps: 0, bytes: bookkeeping });
+  pool.start(0, T0, T0 + 1); // and a class takes a chunk again when it needs one
+  assert.equal(pool.stats().bytes, 4096 + bookkeeping);
 });
