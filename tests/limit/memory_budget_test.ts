@@ -1,8 +1,8 @@
 /**
- * The memory budgets an operator installs follow the memory store's formula (lib/limit/README.md,
- * "Sizing `RATE_LIMIT_MAX_CALLERS`"): Deno Deploy's `deploy.runtime.memoryLimit` in deno.json and
- * the systemd unit's `MemoryMax=` hold the peak at the default cap and limit with every caller at
- * the limit, with no more than a quarter to spare.
+ * The memory budgets an operator installs follow the memory store's formula (the sizing section of
+ * lib/limit/README.md): Deno Deploy's `deploy.runtime.memoryLimit` in deno.json and the systemd
+ * unit's `MemoryMax=` hold the peak at the default cap and limit with every caller at the limit,
+ * with no more than a quarter to spare.
  *
  * @module
  */
