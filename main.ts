@@ -16,7 +16,10 @@ import { createHandler } from "./lib/handler.ts";
 import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
 import { loadContent } from "./lib/pages/content.ts";
 import type { DeployEnv } from "./lib/server/deno_deploy.ts";
-import { openRateLimitStore } from "./lib/limit/open_store.ts";
+import { MIN_SYNC_TIMEOUT_MS, openRateLimitStore } from "./lib/limit/open_store.ts";
+import { buildRoutes } from "./lib/routes.ts";
+import { exitFlushBoundMs, otelSignals } from "./lib/telemetry/enabled.ts";
+import { loadTelemetry } from "./lib/telemetry/load.ts";
 import {
   addressOf,
   createDrain,
@@ -29,6 +32,14 @@ import {
 const ENCODER = new TextEncoder();
 
 /**
+ * With OpenTelemetry on, events go through `console`, the only way into Deno's log exporter: each
+ * becomes a log record with its level, in the request's trace when one is active, and Deno also
+ * prints it (`OTEL_DENO_CONSOLE=capture`, the default: info on stdout, warn and error on stderr) or
+ * not (`replace`).
+ */
+const EVENTS_VIA_CONSOLE = otelSignals() !== undefined;
+
+/**
  * One operational event as a JSON line on stderr (stdout carries the access log). Written directly
  * rather than with `console.error`, whose first use loads the console (lib/README.md, "Cold
  * start"): the "listening" line comes before the first response.
@@ -39,7 +50,8 @@ function event(
   fields: Record<string, unknown> = {},
 ): void {
   const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
-  writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
+  if (EVENTS_VIA_CONSOLE) console[level](line);
+  else writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
 }
 
 function errorFields(error: unknown): Record<string, unknown> {
@@ -62,10 +74,12 @@ function storeIncidentLogger(
   started: string,
   ended: string,
 ): (incident: { kind: string }) => void {
-  return (incident) =>
+  return (incident) => {
+    telemetry?.incident(incident);
     incident.kind === "unavailable" || incident.kind === "unsynced"
       ? event("warn", started, { store: config.rateLimitStore, ...incident })
       : event("info", ended, { store: config.rateLimitStore, ...incident });
+  };
 }
 
 /**
@@ -119,7 +133,25 @@ if (platform.derivedBaseUrl !== undefined) {
 const contentResult = loadContent(config);
 if (!contentResult.ok) fatal(contentResult.errors);
 
-const store = await openRateLimitStore(config, {
+// Loaded, with npm:@opentelemetry/api, only when Deno exports OpenTelemetry (OTEL_DENO=true).
+const telemetry = await loadTelemetry(() => buildRoutes(config, contentResult.content).keys(), {
+  storeKind: config.rateLimitStore,
+  storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+  syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
+});
+
+// Deno exports the last interval at exit, after the shutdown below: each export is bounded by
+// OTEL_EXPORTER_OTLP_TIMEOUT (default 10 s), so a slow collector could hold the exit past the deadline.
+if (telemetry && DRAIN_MS + exitFlushBoundMs(readEnv) > STOP_DEADLINE_MS) {
+  event(
+    "warn",
+    'OTEL_EXPORTER_OTLP_TIMEOUT lets a slow collector hold the exit past the shutdown deadline: set it to 500 (ms) or less (deploy/README.md, "Observability")',
+    { deadlineMs: STOP_DEADLINE_MS, exitFlushBoundMs: exitFlushBoundMs(readEnv) },
+  );
+}
+
+const opened = await openRateLimitStore(config, {
+  ...(telemetry ? { wrapStore: telemetry.wrapStore, wrapBackend: telemetry.wrapBackend } : {}),
   onCapacity: (tracked) =>
     event(
       "warn",
@@ -143,6 +175,7 @@ const store = await openRateLimitStore(config, {
       : startup.explainStartupError(error)
   )
 );
+const store = telemetry ? telemetry.wrapDecisions(opened) : opened;
 
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
@@ -158,7 +191,7 @@ try {
   // No signal support here: the warm-up runs to its end.
 }
 
-const fetch = createHandler({
+const handler = createHandler({
   config,
   content: contentResult.content,
   store,
@@ -180,6 +213,8 @@ const fetch = createHandler({
       event("error", "a representation cannot be built: its path answers 500", errorFields(error)),
   },
 });
+
+const fetch = telemetry ? telemetry.wrapHandler(handler) : handler;
 
 export default { fetch } satisfies Deno.ServeDefaultExport;
 
@@ -259,6 +294,7 @@ globalThis.removeEventListener("unhandledrejection", onStartupRejection);
 
 /** Writes the listener's events: where it listens, and each accept incident once. */
 function logServeEvent(serveEvent: ServeEvent): void {
+  telemetry?.listenerEvent(serveEvent);
   if (serveEvent.kind === "listening") {
     event("info", "listening", {
       address: addressOf(serveEvent.addr),

@@ -21,6 +21,11 @@ export interface StartOptions {
    * lock file: for tests that edit `static/` or map an import elsewhere.
    */
   copy?: { root: string; config: string };
+  /**
+   * Read events on stdout too: with OpenTelemetry on, the service's events go through `console`,
+   * which prints info on stdout (main.ts, `event`).
+   */
+  stdoutEvents?: boolean;
 }
 
 /** A running service process. */
@@ -76,15 +81,15 @@ export async function startService(
       ...env,
     },
     stdin: "null",
-    stdout: "null",
+    stdout: options.stdoutEvents ? "piped" : "null",
     stderr: "piped",
   }).spawn();
   const events: Record<string, unknown>[] = [];
   const output: string[] = [];
   const { promise: address, resolve: listening } = Promise.withResolvers<string>();
-  const reading = (async () => {
+  const readLines = async (stream: ReadableStream<Uint8Array<ArrayBuffer>>) => {
     let pending = "";
-    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
       pending += chunk;
       const lines = pending.split("\n");
       pending = lines.pop()!;
@@ -100,7 +105,11 @@ export async function startService(
         if (event.message === "listening") listening(String(event.address).replace(/\/$/, ""));
       }
     }
-  })();
+  };
+  const reading = Promise.all([
+    readLines(child.stderr),
+    options.stdoutEvents ? readLines(child.stdout) : undefined,
+  ]);
   let timer: ReturnType<typeof setTimeout> | undefined;
   const url = await Promise.race([
     address,

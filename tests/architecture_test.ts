@@ -39,6 +39,8 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
       group: "service",
       matches: (p) => /^lib\/(routes|errors|access_log|warm_up)\.ts$/.test(p),
     },
+    // OpenTelemetry through Deno's exporter: instruments at the limiter's wrappers and the handler's.
+    { layer: 4, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
     // What the service answers: templates built at start-up, the per-request choice, the cache.
     { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
     // The composition, then the wiring.

@@ -139,7 +139,10 @@ Deno.test("every page has its own title and description, one stylesheet, and no 
     titles.add(title);
     assert.match(html, /<meta name="description" content="[^"]{20,}">/, path);
     assert.equal(html.match(/<link rel="stylesheet"/g)?.length, 1, path);
-    assert.ok(html.includes(`<link rel="stylesheet" href="${BASE}/style.css">`), path);
+    // Path-absolute: loaded from the page's own origin by whatever name it was opened (issue 25).
+    assert.ok(html.includes('<link rel="stylesheet" href="/style.css">'), path);
+    assert.ok(html.includes('<link rel="icon" type="image/svg+xml" href="/favicon.svg">'), path);
+    assert.ok(html.includes(`<link rel="canonical" href="${BASE}${path}">`), path);
     assert.doesNotMatch(html, /<script|<style|\sstyle=|\son[a-z]+=/i, path);
   }
   assert.equal(titles.size, 3);
@@ -202,10 +205,12 @@ Deno.test("the HTML 404 page uses the layout, keeps the strict CSP and links its
     /^default-src 'none'; style-src 'self';/,
   );
   const html = await response.text();
-  assert.ok(html.includes(`<link rel="stylesheet" href="${BASE}/style.css">`));
+  assert.ok(html.includes('<link rel="stylesheet" href="/style.css">'));
   assert.ok(html.includes('<nav aria-label="Main">'));
   assert.ok(html.includes(`<a href="${BASE}/api/v1/platform">${BASE}/api/v1/platform</a>;`));
   assert.ok(html.includes(`<a href="${BASE}/openapi.json">${BASE}/openapi.json</a>. Paths`));
+  // The hint's link to the portal keeps a reader on the host they came by; its text names the base.
+  assert.ok(html.includes(`<a href="/developers">${BASE}/developers</a> and`));
 });
 
 Deno.test("linkHeader() formats the page links as RFC 8288 link-values", () => {

@@ -20,7 +20,11 @@
  * @module
  */
 
-import { CircuitBreaker, type CircuitBreakerOptions } from "./circuit_breaker.ts";
+import {
+  type BreakerState,
+  CircuitBreaker,
+  type CircuitBreakerOptions,
+} from "./circuit_breaker.ts";
 import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
 
 /** How late a timeout's timer may fire before the loop counts as busy, in ms. */
@@ -159,6 +163,21 @@ export class GuardedStore implements RateLimitStore {
   /** Requests answered by the policy because their own call failed, outside any incident. */
   get answeredAlone(): number {
     return this.#lone;
+  }
+
+  /** Where the circuit breaker stands (for the `ratelimit.breaker.state` metric). */
+  get breakerState(): BreakerState {
+    return this.#breaker.state;
+  }
+
+  /** The failure policy this guard answers by. */
+  get failurePolicy(): StoreFailurePolicy {
+    return this.#policy;
+  }
+
+  /** Whether `decision` is an answer of the failure policy rather than the store's. */
+  answeredByPolicy(decision: Decision): boolean {
+    return decision === this.#hitFallback || decision === this.#peekFallback;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */

@@ -48,6 +48,13 @@ export interface OpenStoreOptions {
   onIncident?: (incident: StoreIncident) => void;
   /** Receives the start and the end of every sync outage of `local-first`. */
   onSyncIncident?: (incident: SyncIncident) => void;
+  /**
+   * Wraps the shared store of `exact` before the failure policy does (telemetry: every call to the
+   * store itself, timed); omitted means no wrapper.
+   */
+  wrapStore?: (store: RateLimitStore) => RateLimitStore;
+  /** Wraps the backend of `local-first` (telemetry: every sync, timed); omitted means no wrapper. */
+  wrapBackend?: (backend: SyncBackend) => SyncBackend;
 }
 
 /**
@@ -91,7 +98,7 @@ export async function openRateLimitStore(
   }
   // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
   const { GuardedStore } = await import("./guard.ts");
-  return new GuardedStore(store, {
+  return new GuardedStore(options.wrapStore?.(store) ?? store, {
     policy,
     timeoutMs: config.rateLimitStoreTimeoutMs,
     onError: config.rateLimitOnStoreError,
@@ -123,7 +130,7 @@ async function openLocalFirst(
     backend = new RedisSyncBackend(client, policy.windowMs, { ownsClient: true });
   }
   const { LocalFirstStore } = await import("./local_first.ts");
-  return new LocalFirstStore(backend, policy, {
+  return new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
     syncMs: config.rateLimitSyncMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
     maxCallers: config.rateLimitMaxCallers,

@@ -8,6 +8,15 @@
  * of a page (Markdown alternate, OpenAPI description) are built once by {@linkcode pageLinks} and used
  * both for `<link>` elements and for the `Link` response header, so the two cannot disagree.
  *
+ * Which links name the public base URL and which do not (issue 25): what the page itself loads (the
+ * stylesheet and icon) and the navigation between the portal's pages are path-absolute
+ * (`/style.css`, under the base URL's path prefix if it has one), so that a page opened by any name
+ * (`127.0.0.1`, a `*.deno.net` or preview URL, a proxy's second name) loads them from its own
+ * origin, as its `style-src 'self'` and `img-src 'self'` require, and keeps its reader on that host.
+ * They hold no host, so one body still serves every `Host`. The `canonical` link, the typed links
+ * that agents follow (`<link>` elements, the `Link` field) and the footer's machine-readable
+ * documents stay absolute on the base URL, as the Markdown representations are.
+ *
  * @module
  */
 
@@ -65,6 +74,47 @@ export const API_CATALOG_PATH = "/.well-known/api-catalog";
 
 /** The media type of the OpenAPI document in links. */
 const OPENAPI_TYPE = "application/vnd.oai.openapi+json";
+
+/**
+ * The path of the base URL without its trailing slash (`""` for a base URL without one): what a
+ * path-absolute link to one of the service's own paths starts with, whatever host the page came by.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(sitePath("https://api.example.com"), "");
+ * assert.equal(sitePath("https://example.com/discovery"), "/discovery");
+ * ```
+ */
+export function sitePath(baseUrl: string): string {
+  return new URL(baseUrl).pathname.replace(/\/+$/, "");
+}
+
+/**
+ * Rewrites the links of rendered content (Markdown filled with the base URL) that lead to one of
+ * the portal's pages ({@linkcode NAV}, or the bare base URL) to path-absolute links, so that a
+ * reader stays on the host they came by. Other links, and the link texts, keep the base URL.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   pageLinksOnHost('<a href="https://x.example/developers#a">p</a> <a href="https://x.example/openapi.json">o</a>', "https://x.example"),
+ *   '<a href="/developers#a">p</a> <a href="https://x.example/openapi.json">o</a>',
+ * );
+ * ```
+ */
+export function pageLinksOnHost(html: string, baseUrl: string): string {
+  const root = sitePath(baseUrl);
+  const paths = ["", ...NAV.map(({ path }) => path)]
+    .sort((a, b) => b.length - a.length).map(escapeRegExp).join("|");
+  const href = new RegExp(`href="${escapeRegExp(escapeHtml(baseUrl))}(${paths})(?=["#])`, "g");
+  return html.replace(href, (_, path: string) => `href="${escapeHtml(root)}${path || "/"}`);
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+}
 
 /** Escapes text for HTML element content and double-quoted attribute values. */
 export function escapeHtml(text: string): string {
@@ -135,7 +185,8 @@ export function linkHeader(links: readonly PageLink[]): string {
 export function renderPage(contentHtml: string, page: PageMeta, site: Site): string {
   const e = escapeHtml;
   const base = site.baseUrl;
-  const nav = navItems(page, base);
+  const root = sitePath(base);
+  const nav = navItems(page, root);
   const head = pageLinks(page, site).map(({ href, rel, type }) =>
     `<link rel="${e(rel)}" type="${e(type)}" href="${e(href)}">`
   ).join("\n");
@@ -151,20 +202,20 @@ export function renderPage(contentHtml: string, page: PageMeta, site: Site): str
 <meta name="color-scheme" content="light dark">
 <title>${e(page.title)}</title>
 <meta name="description" content="${e(page.description)}">
-${canonical}<link rel="stylesheet" href="${e(base + STYLESHEET_PATH)}">
-<link rel="icon" type="image/svg+xml" href="${e(base + ICON_PATH)}">
+${canonical}<link rel="stylesheet" href="${e(root + STYLESHEET_PATH)}">
+<link rel="icon" type="image/svg+xml" href="${e(root + ICON_PATH)}">
 ${head}
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>
 <header class="site-header"><div class="wrap">
-<a class="brand" href="${e(base)}/">${e(site.name)}</a>
+<a class="brand" href="${e(root)}/">${e(site.name)}</a>
 <nav aria-label="Main"><ul>
 ${nav}
 </ul></nav>
 </div></header>
 <main id="main"><div class="wrap">
-${contentHtml}
+${pageLinksOnHost(contentHtml, base)}
 </div></main>
 <footer class="site-footer"><div class="wrap">
 <p>Support: <a href="${e(site.supportUrl)}">${e(support)}</a></p>
@@ -182,10 +233,10 @@ ${markdown}
 `;
 }
 
-/** The main navigation's items, the current page marked. */
-function navItems(page: PageMeta, base: string): string {
+/** The main navigation's items, the current page marked; `root` is {@linkcode sitePath}'s. */
+function navItems(page: PageMeta, root: string): string {
   return NAV.map(({ path, label }) =>
-    `<li><a href="${escapeHtml(base + path)}"${path === page.path ? ' aria-current="page"' : ""}>${
+    `<li><a href="${escapeHtml(root + path)}"${path === page.path ? ' aria-current="page"' : ""}>${
       escapeHtml(label)
     }</a></li>`
   ).join("\n");

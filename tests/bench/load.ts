@@ -24,6 +24,13 @@
  * run at the same time on the server core (see below): a steadier ratio on a machine whose cores are
  * shared with other work.
  *
+ * `--otel` adds, in the JSON scenario, the service with Deno's OpenTelemetry exporter on (pointed at
+ * an OTLP/HTTP receiver in this process, `tests/_otlp_receiver.ts`, in the default http/protobuf):
+ * metrics only (`otel-metrics`), metrics and every trace (`otel-traces`), and traces sampled at 5%
+ * (`otel-traces-5%`, `parentbased_traceidratio`). `--base <dir>` adds the service of another
+ * checkout (built and started as its `deno task start` does), e.g. main's, as `base`: with
+ * `--paired`, the ratio of this service to it.
+ *
  * Only 127.0.0.1 is ever targeted; every wrk run is bounded by `--duration`.
  *
  * @module
@@ -33,6 +40,7 @@
 import { parseArgs } from "node:util";
 import { SCENARIOS } from "./_scenarios.ts";
 import { startTaskArgs } from "./_start_task.ts";
+import { startReceiver } from "../_otlp_receiver.ts";
 
 const { values: args } = parseArgs({
   // `deno task bench:load -- --rounds 5` passes the `--` on; it separates nothing here.
@@ -46,6 +54,8 @@ const { values: args } = parseArgs({
     explore: { type: "boolean", default: false },
     floor: { type: "boolean", default: false },
     paired: { type: "boolean", default: false },
+    otel: { type: "boolean", default: false },
+    base: { type: "string" },
     scenarios: { type: "string", default: SCENARIOS.map((s) => s.name).join(",") },
     "server-cpu": { type: "string", default: "0" },
     "client-cpu": { type: "string", default: "1" },
@@ -90,11 +100,16 @@ async function waitFor(url: string): Promise<void> {
 /** Port -> the pid of the process listening on it (for its CPU time and peak RSS). */
 const pidOf: Record<number, number> = {};
 const children: Deno.ChildProcess[] = [];
-function spawn(argv: string[], env: Record<string, string>, stdout: "null" | "piped") {
+function spawn(
+  argv: string[],
+  env: Record<string, string>,
+  stdout: "null" | "piped",
+  cwd: string = root,
+) {
   const child = new Deno.Command("taskset", {
     args: ["-c", args["server-cpu"], Deno.execPath(), ...argv],
     env,
-    cwd: root,
+    cwd,
     stdout,
     stderr: "inherit",
   }).spawn();
@@ -188,6 +203,49 @@ const refs = spawn(
 );
 const refPorts = await readyPorts(refs);
 for (const port of Object.values(refPorts)) pidOf[port] = refs.pid;
+
+/** The OpenTelemetry variants of the service (`--otel`), each with its environment. */
+const OTEL_VARIANTS: Record<string, Record<string, string>> = {
+  "otel-metrics": { OTEL_DENO: "true", OTEL_DENO_TRACING: "false" },
+  "otel-traces": { OTEL_DENO: "true" },
+  "otel-traces-5%": {
+    OTEL_DENO: "true",
+    OTEL_TRACES_SAMPLER: "parentbased_traceidratio",
+    OTEL_TRACES_SAMPLER_ARG: "0.05",
+  },
+};
+
+/** Starts the `--otel` variants (and their receiver) and the `--base` service; their ports. */
+async function startVariants(): Promise<Array<{ server: string; port: number }>> {
+  const started: Array<{ server: string; port: number }> = [];
+  const start = async (server: string, env: Record<string, string>, cwd = root) => {
+    const port = freePort();
+    const env_ = { ...baseEnv, ...env, PORT: String(port), ACCESS_LOG: "false" };
+    pidOf[port] = spawn(startTaskArgs(), env_, "null", cwd).pid;
+    await waitFor(`http://127.0.0.1:${port}/llms.txt`);
+    started.push({ server, port });
+  };
+  if (args.otel) {
+    const receiver = startReceiver();
+    for (const [server, env] of Object.entries(OTEL_VARIANTS)) {
+      await start(server, {
+        ...env,
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+        OTEL_EXPORTER_OTLP_TIMEOUT: "500",
+        OTEL_METRIC_EXPORT_INTERVAL: "1000",
+      });
+    }
+  }
+  if (args.base !== undefined) {
+    const built = new Deno.Command("deno", { args: ["task", "build"], cwd: args.base })
+      .outputSync();
+    if (!built.success) throw new Error(`deno task build failed in ${args.base}`);
+    await start("base", {}, args.base);
+  }
+  return started;
+}
+
+const variants = await startVariants();
 
 interface Run {
   rps: number;
@@ -294,6 +352,7 @@ const plan: Array<{ scenario: typeof SCENARIOS[number]; server: string; port: nu
 for (const scenario of scenarios) {
   const servers = [
     ...serviceNames.map((name) => ({ server: name, port: targetsOf[scenario.name]![name]! })),
+    ...(scenario.name === "json" ? variants : []),
     { server: "ceiling", port: refPorts[`ceiling-${scenario.name}`]! },
     { server: "bare", port: refPorts["bare"]! },
     ...(scenario.peer ? [{ server: "hono", port: honoOf[scenario.name]! }] : []),

@@ -1,0 +1,403 @@
+/**
+ * The service's OpenTelemetry instruments, reported through Deno's own exporter (`OTEL_DENO=true`).
+ *
+ * Only `npm:@opentelemetry/api` is used: the runtime registers its tracer and meter providers under
+ * the API's global, so instruments made here reach the same OTLP exporter as Deno's own
+ * `http.server.request.duration` and spans, with no SDK (docs: runtime/fundamentals/open_telemetry.md,
+ * "User metrics"). This module is imported by `load.ts` only when the runtime exports, so a service
+ * without `OTEL_DENO` never loads the package.
+ *
+ * Each request's server span (made by `Deno.serve`) is renamed `METHOD route` and given `http.route`
+ * before the handler answers: the runtime copies that attribute into `http.server.request.duration`
+ * when the response is sent (ext/http/00_serve.ts, `op_http_copy_span_to_otel_info`). The limiter is
+ * measured at its wrappers: the store the handler calls (decisions), the shared store under the
+ * failure policy (calls, child spans), the `local-first` backend (syncs), and, read at each export,
+ * the sizes and states the stores already keep. No attribute ever holds a caller's address or key.
+ *
+ * @module
+ */
+
+import {
+  type Attributes,
+  type Histogram,
+  type Meter,
+  metrics,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Tracer,
+} from "@opentelemetry/api";
+import type { Decision, RateLimitStore } from "../limit/decision.ts";
+import type { StoreFailurePolicy } from "../limit/guard.ts";
+import type { SyncBackend, SyncBatch } from "../limit/local_first.ts";
+import type { RateLimitStoreKind } from "../limit/open_store.ts";
+import type { BreakerState } from "../limit/circuit_breaker.ts";
+import { pathOf } from "../http/message.ts";
+
+/** The instrumentation scope of every instrument and span of the service. */
+export const SCOPE = "public-discovery-api";
+
+/** The `http.route` of every path the service does not serve (one value, so one series). */
+export const UNKNOWN_ROUTE = "/*";
+
+/** How a rate-limit decision came about (`ratelimit.outcome`). */
+export type DecisionOutcome =
+  | "admitted"
+  | "limited"
+  | "failure_policy_open"
+  | "failure_policy_closed";
+
+/** How a call to a shared store ended (`ratelimit.store.outcome`, `ratelimit.sync.outcome`). */
+export type CallOutcome = "ok" | "error" | "timeout";
+
+/** A fetch handler as `Deno.serve` calls it. */
+export type FetchHandler<I> = (request: Request, info: I) => Response | Promise<Response>;
+
+/** What the store opened by `openRateLimitStore` may expose to be observed (read at each export). */
+export interface ObservableStore {
+  /** Memory and `local-first` stores: callers tracked now, and (memory) forgotten at the cap. */
+  stats?: () => { tracked: number; evicted?: number };
+  /** The failure policy's guard: the breaker's state. */
+  breakerState?: BreakerState;
+  /** The failure policy's guard: whether a decision is the policy's answer. */
+  answeredByPolicy?: (decision: Decision) => boolean;
+  /** The failure policy's guard: the policy. */
+  failurePolicy?: StoreFailurePolicy;
+}
+
+/** Options of {@linkcode createTelemetry}. */
+export interface TelemetryOptions {
+  /** The store's kind (`ratelimit.store`). */
+  storeKind: RateLimitStoreKind;
+  /** The store timeout, in ms: a call that took longer counts as `timeout`. */
+  storeTimeoutMs: number;
+  /** The sync timeout of `local-first`, in ms. */
+  syncTimeoutMs: number;
+  /** Every path the service serves (each is its own `http.route`). */
+  paths: Iterable<string>;
+  /** Clock in ms (default `Date.now`). */
+  now?: () => number;
+}
+
+/** The service's telemetry: wrappers for the handler and the limiter, and the events it counts. */
+export interface Telemetry {
+  /** Names each request's server span after its route and method. */
+  wrapHandler<I>(handler: FetchHandler<I>): FetchHandler<I>;
+  /** Counts the decisions of `store` (the one the handler calls) and observes what it keeps. */
+  wrapDecisions(store: RateLimitStore & ObservableStore): RateLimitStore;
+  /** Times every call to the shared store of `exact`, each as a child span of its request. */
+  wrapStore(store: RateLimitStore): RateLimitStore;
+  /** Times every sync of `local-first`, with its batch size and the time since the last good one. */
+  wrapBackend(backend: SyncBackend): SyncBackend;
+  /** Counts the breaker's transitions from the guard's incidents (`unavailable`, `recovered`). */
+  incident(incident: { kind: string }): void;
+  /** Counts the listener's accept failures and its time down. */
+  listenerEvent(event: { kind: string; downMs?: number }): void;
+}
+
+/**
+ * Creates the service's instruments on the runtime's providers.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * // Without OTEL_DENO the API's providers are no-ops: the wrappers still pass everything through.
+ * const telemetry = createTelemetry({
+ *   storeKind: "memory",
+ *   storeTimeoutMs: 100,
+ *   syncTimeoutMs: 5000,
+ *   paths: ["/"],
+ * });
+ * const handler = telemetry.wrapHandler(() => new Response("ok"));
+ * assert.equal(await (await handler(new Request("http://localhost/"), {})).text(), "ok");
+ * ```
+ */
+export function createTelemetry(options: TelemetryOptions): Telemetry {
+  const meter = metrics.getMeter(SCOPE);
+  const tracer = trace.getTracer(SCOPE);
+  const store = options.storeKind;
+  const breaker = breakerInstruments(meter, store);
+  const listener = listenerInstruments(meter);
+  return {
+    wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
+    wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker }),
+    wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
+    wrapBackend: (backend) => syncTiming(backend, meter, options),
+    incident(incident) {
+      if (incident.kind === "unavailable") breaker.transitions.add(1, breaker.opened);
+      if (incident.kind === "recovered") breaker.transitions.add(1, breaker.closed);
+    },
+    listenerEvent(event) {
+      if (event.kind === "accept_failed") listener.failures.add(1);
+      if (event.kind === "recovered") listener.down.add((event.downMs ?? 0) / 1000);
+    },
+  };
+}
+
+/**
+ * A handler that names the runtime's server span `METHOD route` and sets `http.route`, which the
+ * runtime copies into `http.server.request.duration` when the response is sent. (The runtime's own
+ * `url.full` and `url.query` keep the query string: a span's attribute set again is added, not
+ * replaced, so the service cannot redact them; a collector's attributes processor can.)
+ */
+function routeNamingHandler<I>(
+  handler: FetchHandler<I>,
+  paths: ReadonlySet<string>,
+): FetchHandler<I> {
+  return (request, info) => {
+    const span = trace.getActiveSpan();
+    if (span !== undefined) {
+      const path = pathOf(request.url);
+      const route = paths.has(path) ? path : UNKNOWN_ROUTE;
+      span.updateName(`${request.method} ${route}`);
+      span.setAttribute("http.route", route);
+    }
+    return handler(request, info);
+  };
+}
+
+/** The breaker's instruments: its state (observed) and its transitions (counted). */
+function breakerInstruments(meter: Meter, store: RateLimitStoreKind) {
+  const transitions = meter.createCounter("ratelimit.breaker.transitions", {
+    description: "Circuit-breaker transitions of the shared store's failure policy",
+    unit: "{transition}",
+  });
+  return {
+    transitions,
+    opened: { "ratelimit.store": store, "ratelimit.breaker.transition": "opened" },
+    closed: { "ratelimit.store": store, "ratelimit.breaker.transition": "closed" },
+  };
+}
+
+/** The listener's instruments: accept failures and the time spent not accepting. */
+function listenerInstruments(meter: Meter) {
+  return {
+    failures: meter.createCounter("listener.accept.failures", {
+      description:
+        "Times accepting connections failed (descriptors exhausted): new connections are refused until the listener is back",
+      unit: "{failure}",
+    }),
+    down: meter.createCounter("listener.down_time", {
+      description: "Time the listener was down after accepting failed, counted when it is back",
+      unit: "s",
+    }),
+  };
+}
+
+/** Counts every `hit` decision by outcome and observes the store's sizes and breaker. */
+function decisionCounting(
+  store: RateLimitStore & ObservableStore,
+  meter: Meter,
+  options: { store: RateLimitStoreKind; breaker: unknown },
+): RateLimitStore {
+  const decisions = meter.createCounter("ratelimit.decisions", {
+    description:
+      "Rate-limit decisions on counted requests, by outcome (preflights are not counted)",
+    unit: "{decision}",
+  });
+  const attributes = outcomeAttributes(options.store);
+  const policy = store.failurePolicy === "closed"
+    ? attributes.failure_policy_closed
+    : attributes.failure_policy_open;
+  const record = (decision: Decision): Decision => {
+    const byPolicy = store.answeredByPolicy?.(decision) ?? false;
+    const outcome = byPolicy ? policy : decision.allowed ? attributes.admitted : attributes.limited;
+    decisions.add(1, outcome);
+    trace.getActiveSpan()?.setAttributes({
+      "ratelimit.outcome": outcome["ratelimit.outcome"],
+      "ratelimit.remaining": decision.remaining,
+    });
+    return decision;
+  };
+  observeStore(store, meter, options.store);
+  return {
+    hit(key, now) {
+      const decision = store.hit(key, now);
+      return decision instanceof Promise ? decision.then(record) : record(decision);
+    },
+    peek: (key, now) => store.peek(key, now),
+    close: () => store.close(),
+  };
+}
+
+/** The attributes of each decision outcome, made once. */
+function outcomeAttributes(store: RateLimitStoreKind): Record<DecisionOutcome, Attributes> {
+  const of = (outcome: DecisionOutcome) => ({
+    "ratelimit.outcome": outcome,
+    "ratelimit.store": store,
+  });
+  return {
+    admitted: of("admitted"),
+    limited: of("limited"),
+    failure_policy_open: of("failure_policy_open"),
+    failure_policy_closed: of("failure_policy_closed"),
+  };
+}
+
+/** The gauges read at each export: callers tracked, forgotten at the cap, breaker state. */
+function observeStore(store: ObservableStore, meter: Meter, kind: RateLimitStoreKind): void {
+  const attributes = { "ratelimit.store": kind };
+  const stats = store.stats?.bind(store);
+  if (stats !== undefined) {
+    meter.createObservableGauge("ratelimit.callers.tracked", {
+      description: "Callers the store tracks now (memory: bounded by RATE_LIMIT_MAX_CALLERS)",
+      unit: "{caller}",
+    }).addCallback((result) => result.observe(stats().tracked, attributes));
+  }
+  if (stats !== undefined && stats().evicted !== undefined) {
+    meter.createObservableCounter("ratelimit.callers.forgotten", {
+      description: "Callers the memory store forgot because its cap was reached",
+      unit: "{caller}",
+    }).addCallback((result) => result.observe(stats().evicted ?? 0, attributes));
+  }
+  if (store.breakerState !== undefined) {
+    const states: BreakerState[] = ["closed", "open", "half-open"];
+    meter.createObservableUpDownCounter("ratelimit.breaker.state", {
+      description: "The circuit breaker's state: 1 for the current state, 0 for the others",
+      unit: "{state}",
+    }).addCallback((result) => {
+      const now = store.breakerState;
+      for (const state of states) {
+        result.observe(state === now ? 1 : 0, { ...attributes, "ratelimit.breaker.state": state });
+      }
+    });
+  }
+}
+
+/** A call's outcome from how it ended and how long it took. */
+function outcomeOf(failed: boolean, ms: number, timeoutMs: number): CallOutcome {
+  if (ms >= timeoutMs) return "timeout";
+  return failed ? "error" : "ok";
+}
+
+/**
+ * Times every call to the shared store (`ratelimit.store.duration`), each in a child span of the
+ * request's server span. A call that outlives the store timeout is recorded as `timeout` when it
+ * settles (the failure policy has answered its request by then).
+ */
+function storeTiming(
+  store: RateLimitStore,
+  meter: Meter,
+  tracer: Tracer,
+  options: TelemetryOptions,
+): RateLimitStore {
+  const duration = meter.createHistogram("ratelimit.store.duration", {
+    description: "Duration of calls to the shared rate-limit store (exact consistency)",
+    unit: "s",
+    advice: { explicitBucketBoundaries: STORE_BUCKETS },
+  });
+  const timed = (operation: "hit" | "peek", call: () => Decision | Promise<Decision>) => {
+    const span = tracer.startSpan(`ratelimit.store ${operation}`, {
+      kind: SpanKind.CLIENT,
+      attributes: { "ratelimit.store": options.storeKind, "ratelimit.operation": operation },
+    });
+    const started = performance.now();
+    const done = (failed: boolean) =>
+      finishCall(span, duration, {
+        operation,
+        store: options.storeKind,
+        outcome: outcomeOf(failed, performance.now() - started, options.storeTimeoutMs),
+        seconds: (performance.now() - started) / 1000,
+      });
+    let result: Decision | Promise<Decision>;
+    try {
+      result = call();
+    } catch (error) {
+      done(true);
+      throw error;
+    }
+    if (!(result instanceof Promise)) return done(false), result;
+    return result.then((decision) => (done(false), decision), (error) => {
+      done(true);
+      throw error;
+    });
+  };
+  return {
+    hit: (key, now) => timed("hit", () => store.hit(key, now)),
+    peek: (key, now) => timed("peek", () => store.peek(key, now)),
+    close: () => store.close(),
+  };
+}
+
+/** Bucket boundaries of the store and sync durations, in s: 0.25 ms to 10 s. */
+const STORE_BUCKETS = [
+  0.00025,
+  0.0005,
+  0.001,
+  0.0025,
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2.5,
+  5,
+  10,
+];
+
+/** Records one store call in the histogram and ends its span. */
+function finishCall(
+  span: Span,
+  duration: Histogram,
+  call: { operation: string; store: string; outcome: CallOutcome; seconds: number },
+): void {
+  duration.record(call.seconds, {
+    "ratelimit.store": call.store,
+    "ratelimit.operation": call.operation,
+    "ratelimit.store.outcome": call.outcome,
+  });
+  span.setAttribute("ratelimit.store.outcome", call.outcome);
+  if (call.outcome !== "ok") span.setStatus({ code: SpanStatusCode.ERROR, message: call.outcome });
+  span.end();
+}
+
+/** Times every sync of `local-first`, records its batch size, and observes the last good one's age. */
+function syncTiming(backend: SyncBackend, meter: Meter, options: TelemetryOptions): SyncBackend {
+  const now = options.now ?? Date.now;
+  const attributes = { "ratelimit.store": options.storeKind };
+  const duration = meter.createHistogram("ratelimit.sync.duration", {
+    description: "Duration of local-first syncs (one batch each)",
+    unit: "s",
+    advice: { explicitBucketBoundaries: STORE_BUCKETS },
+  });
+  const size = meter.createHistogram("ratelimit.sync.batch.size", {
+    description: "Callers carried by one local-first sync",
+    unit: "{caller}",
+  });
+  let lastGood = now();
+  meter.createObservableGauge("ratelimit.sync.age", {
+    description:
+      "Time since the last local-first sync that succeeded (since start before the first)",
+    unit: "s",
+  }).addCallback((result) => result.observe((now() - lastGood) / 1000, attributes));
+  const sync = async (batch: SyncBatch) => {
+    const started = performance.now();
+    const record = (failed: boolean) => {
+      const ms = performance.now() - started;
+      const outcome = outcomeOf(failed, ms, options.syncTimeoutMs);
+      duration.record(ms / 1000, { ...attributes, "ratelimit.sync.outcome": outcome });
+      size.record(batch.callers.size, attributes);
+      if (outcome === "ok") lastGood = now();
+    };
+    try {
+      const reply = await backend.sync(batch);
+      record(false);
+      return reply;
+    } catch (error) {
+      record(true);
+      throw error;
+    }
+  };
+  return {
+    sync,
+    get roundTrips() {
+      return backend.roundTrips;
+    },
+    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
+    close: () => backend.close(),
+  };
+}
