@@ -23,7 +23,7 @@ import {
   trim,
   twoRequests,
 } from "./run_log.ts";
-import type { LogPool } from "./log_pool.ts";
+import { type LogPool, MAX_POOLED } from "./log_pool.ts";
 import { later } from "../timer.ts";
 
 /** Options of {@linkcode MemoryStore}. */
@@ -121,11 +121,20 @@ export class MemoryStore implements RateLimitStore {
   #cancelStart: (() => void) | undefined;
   #evicted = 0;
   #atCapacity = false;
+  /**
+   * Whether logs are pooled: when every log fits the largest ring (a limit of at most 256). Above
+   * that, a caller's log is a heap run log from its second request, as a log that outgrew the pool
+   * would become anyway, and no chunk is mapped for it: a hot caller under a high limit went through
+   * every ring size after each quiet second, and each chunk counts 33 MiB of V8's external memory,
+   * which can draw V8 into a full collection.
+   */
+  readonly #pooled: boolean;
 
   /** Creates a store for `policy`. */
   constructor(policy: RateLimitPolicy, options: MemoryStoreOptions = {}) {
     this.#policy = policy;
     this.#first = decide(0, undefined, Date.now(), policy);
+    this.#pooled = policy.limit <= MAX_POOLED;
     this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
     this.#now = options.now ?? Date.now;
     this.#onCapacity = options.onCapacity;
@@ -168,7 +177,8 @@ export class MemoryStore implements RateLimitStore {
       }
       const decision = decide(1, single, now, policy);
       if (decision.allowed) {
-        table.logs.start(id, single, now);
+        if (this.#pooled) table.logs.start(id, single, now);
+        else table.setLog(id, twoRequests(single, now));
         if (now > single) table.time[id] = now;
       }
       return decision;
