@@ -15,10 +15,12 @@
  * entries are first used: the most callers held at once) and an index slot 4 bytes (8 to 16 bytes
  * per unit of the cap, touched all over once a few thousand callers have arrived).
  *
- * Two kinds of callers need the heap, both rare: a key that is neither a canonical IPv4 address
- * nor a canonical IPv6 /64 key (`unix`, tests' names) is held in a small `Map` beside the index,
- * and a caller with more than one request in the window keeps its {@linkcode RunLog} in a side
- * array, in chunks allocated on first use.
+ * A caller with more than one request in the window keeps its timestamps in the table's
+ * {@linkcode LogPool} (rings in shared typed-array chunks, no heap object of its own). Two kinds of
+ * callers need the heap, both rare: a key that is neither a canonical IPv4 address nor a canonical
+ * IPv6 /64 key (`unix`, tests' names) is held in a small `Map` beside the index, and a caller with
+ * more requests in the window than the largest ring holds (only above a limit of 256) keeps a
+ * {@linkcode RunLog} in a side array, in chunks allocated on first use.
  *
  * The index hash is seeded per table from `crypto.getRandomValues`, so that callers cannot choose
  * addresses that all probe one run.
@@ -27,12 +29,15 @@
  */
 
 import { ipv4Value } from "./caller.ts";
+import { LogPool } from "./log_pool.ts";
 import type { RunLog } from "./run_log.ts";
 
 /** The index is at most this full: linear probing stays short (about 1.5 probes for a hit). */
 const MAX_LOAD = 0.5;
 /** Entries whose run logs one chunk of the side array holds. */
 const LOG_CHUNK = 1024;
+/** Bytes of one entry: time (8), key words (4 + 4), kind (1), insertion links (4 + 4). */
+const ENTRY_BYTES = 25;
 /** No entry: the end of the insertion list, an empty free list. */
 const NONE = -1;
 
@@ -144,6 +149,8 @@ export class CallerTable {
   readonly capacity: number;
   /** The newest counted time of each entry, in ms (absolute, as the store was given it). */
   readonly time: Float64Array;
+  /** The pooled logs of entries with more than one request (256 at most). */
+  readonly logs: LogPool;
   readonly #hi: Int32Array;
   readonly #lo: Int32Array;
   readonly #kind: Uint8Array;
@@ -175,6 +182,7 @@ export class CallerTable {
     }
     this.capacity = capacity;
     this.time = new Float64Array(capacity);
+    this.logs = new LogPool(capacity);
     this.#hi = new Int32Array(capacity);
     this.#lo = new Int32Array(capacity);
     this.#kind = new Uint8Array(capacity);
@@ -194,6 +202,14 @@ export class CallerTable {
   /** Entry numbers in use lie below this (a sweep visits `0 .. top - 1`). */
   get top(): number {
     return this.#top;
+  }
+
+  /**
+   * Bytes of the table's own arrays that entries have touched: 25 per entry used so far and the
+   * whole index (4 bytes a slot: slots land all over it), not counting its pooled logs.
+   */
+  get bytes(): number {
+    return this.#top * ENTRY_BYTES + this.#slots.length * 4;
   }
 
   /** Whether entry `id` holds a caller. */
@@ -273,6 +289,7 @@ export class CallerTable {
     } else {
       this.#unindex(id);
     }
+    this.logs.clear(id);
     this.setLog(id, undefined);
     this.#kind[id] = FREE;
     this.#unlink(id);
@@ -286,7 +303,7 @@ export class CallerTable {
     return this.#head;
   }
 
-  /** The run log of entry `id`, if it has more than one request. */
+  /** The heap run log of entry `id`, if its log outgrew the pool. */
   logOf(id: number): RunLog | undefined {
     return this.#logs[Math.floor(id / LOG_CHUNK)]?.[id % LOG_CHUNK];
   }

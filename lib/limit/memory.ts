@@ -23,6 +23,7 @@ import {
   trim,
   twoRequests,
 } from "./run_log.ts";
+import { type LogPool, MAX_POOLED } from "./log_pool.ts";
 import { later } from "../timer.ts";
 
 /** Options of {@linkcode MemoryStore}. */
@@ -43,6 +44,18 @@ export interface MemoryStoreStats {
   tracked: number;
   /** Callers forgotten because the cap was reached. */
   evicted: number;
+}
+
+/** What a {@linkcode MemoryStore} holds, in its own accounting (see {@linkcode MemoryStore.memory}). */
+export interface MemoryStoreMemory {
+  /** Timestamps held in pooled logs (callers with one request hold theirs in the table). */
+  logged: number;
+  /**
+   * Bytes of the store's own typed arrays that hold data: the caller table's entries used so far,
+   * its index, and the pooled logs' chunks. Heap objects (rare: keys that are not addresses, logs
+   * above a limit of 256) are not counted.
+   */
+  bytes: number;
 }
 
 /**
@@ -108,11 +121,20 @@ export class MemoryStore implements RateLimitStore {
   #cancelStart: (() => void) | undefined;
   #evicted = 0;
   #atCapacity = false;
+  /**
+   * Whether logs are pooled: when every log fits the largest ring (a limit of at most 256). Above
+   * that, a caller's log is a heap run log from its second request, as a log that outgrew the pool
+   * would become anyway, and no chunk is mapped for it: a hot caller under a high limit went through
+   * every ring size after each quiet second, and each chunk counts 33 MiB of V8's external memory,
+   * which can draw V8 into a full collection.
+   */
+  readonly #pooled: boolean;
 
   /** Creates a store for `policy`. */
   constructor(policy: RateLimitPolicy, options: MemoryStoreOptions = {}) {
     this.#policy = policy;
     this.#first = decide(0, undefined, Date.now(), policy);
+    this.#pooled = policy.limit <= MAX_POOLED;
     this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
     this.#now = options.now ?? Date.now;
     this.#onCapacity = options.onCapacity;
@@ -145,6 +167,7 @@ export class MemoryStore implements RateLimitStore {
       table.add(now);
       return this.#first;
     }
+    if (table.logs.count(id) > 0) return this.#hitPooled(id, now, cutoff);
     const log = table.logOf(id);
     if (log === undefined) {
       const single = table.time[id]!;
@@ -154,7 +177,8 @@ export class MemoryStore implements RateLimitStore {
       }
       const decision = decide(1, single, now, policy);
       if (decision.allowed) {
-        table.setLog(id, twoRequests(single, now));
+        if (this.#pooled) table.logs.start(id, single, now);
+        else table.setLog(id, twoRequests(single, now));
         if (now > single) table.time[id] = now;
       }
       return decision;
@@ -172,7 +196,9 @@ export class MemoryStore implements RateLimitStore {
     let oldest = 0;
     if (id >= 0) {
       const log = table.logOf(id);
-      if (log !== undefined) {
+      if (table.logs.count(id) > 0) {
+        ({ count, oldest } = table.logs.liveAfter(id, cutoff));
+      } else if (log !== undefined) {
         ({ count, oldest } = liveAfter(log, cutoff));
       } else if (table.time[id]! > cutoff) {
         count = 1;
@@ -203,12 +229,23 @@ export class MemoryStore implements RateLimitStore {
       cursor++;
     }
     this.#cursor = cursor;
+    table.logs.release();
     if (this.#atCapacity && table.size < table.capacity) this.#atCapacity = false;
   }
 
   /** The number of tracked and evicted callers. */
   stats(): MemoryStoreStats {
     return { tracked: this.#table.size, evicted: this.#evicted };
+  }
+
+  /**
+   * The timestamps in pooled logs and the bytes of the typed arrays that hold the store's data:
+   * what the memory formula of lib/limit/README.md counts, so that a test can pin it.
+   */
+  memory(): MemoryStoreMemory {
+    const table = this.#table;
+    const logs = table.logs.stats();
+    return { logged: logs.timestamps, bytes: table.bytes + logs.bytes };
   }
 
   /** {@inheritDoc RateLimitStore.close} */
@@ -219,7 +256,24 @@ export class MemoryStore implements RateLimitStore {
     this.#timer = undefined;
   }
 
-  /** {@linkcode MemoryStore.hit} for a caller with a run log. */
+  /** {@linkcode MemoryStore.hit} for a caller with a pooled log. */
+  #hitPooled(id: number, now: number, cutoff: number): Decision {
+    const policy = this.#policy;
+    const table = this.#table;
+    const logs = table.logs;
+    const count = logs.trim(id, cutoff);
+    const decision = decide(count, count > 0 ? logs.oldest(id) : undefined, now, policy);
+    if (decision.allowed) {
+      if (count > 0 && !logs.push(id, now)) table.setLog(id, runLogOf(logs, id, now));
+      if (now > table.time[id]! || count === 0) table.time[id] = now;
+    } else if (count > policy.limit) {
+      // Only reachable if the limit was lowered under a live store; keep the newest `limit`.
+      logs.dropOldest(id, count - policy.limit);
+    }
+    return decision;
+  }
+
+  /** {@linkcode MemoryStore.hit} for a caller with a heap run log. */
   #hitLog(id: number, log: RunLog, now: number, cutoff: number): Decision {
     const policy = this.#policy;
     const table = this.#table;
@@ -260,6 +314,19 @@ export class MemoryStore implements RateLimitStore {
     const top = this.#table.top;
     return Math.max(MIN_SWEEP_BUDGET, Math.ceil((top / passes) * VISITS_PER_WINDOW));
   }
+}
+
+/**
+ * Moves entry `id`'s pooled log, full, to a heap run log with one more request at `t` (only above
+ * a limit of 256).
+ */
+function runLogOf(logs: LogPool, id: number, t: number): RunLog {
+  const times = logs.times(id);
+  logs.clear(id);
+  const log = twoRequests(times[0]!, times[1]!);
+  for (let i = 2; i < times.length; i++) add(log, times[i]!);
+  add(log, t);
+  return log;
 }
 
 /**

@@ -357,3 +357,36 @@ Deno.test("a new MemoryStore and its first decisions read no lazily loaded globa
   s!.close();
   assert.deepEqual(read, []);
 });
+
+Deno.test("the store keeps a dozen requests per caller in its own typed arrays at the bytes lib/limit/README.md's formula counts, and gives them back when callers leave", () => {
+  const callers = 20_000;
+  const requests = 12;
+  const s = new MemoryStore(POLICY, { sweep: false, maxCallers: callers });
+  const address = (i: number) => `10.0.${i >> 8}.${i & 255}`;
+  for (let r = 0; r < requests; r++) {
+    for (let i = 0; i < callers; i++) s.hit(address(i), T0 + r * 4_000 + i * 0.1);
+  }
+  const { logged, bytes } = s.memory();
+  assert.equal(logged, callers * requests, "every timestamp is pooled, none on V8's heap");
+  // The formula: per caller 25 B of entry, 9 B of log bookkeeping and a ring of 16 float64 slots
+  // (the power of two at or above 12), plus 4 B per index slot (2^16 for a cap of 20,000).
+  const formula = callers * (25 + 9 + 16 * 8) + 2 ** 16 * 4;
+  // On their way to rings of 16, the callers filled rings of 4 and then of 8: pages the sweep
+  // gives back once those classes are empty.
+  const passedThrough = callers * (4 + 8) * 8;
+  assert.ok(Math.abs(bytes - formula - passedThrough) < 3 * 4096, `${bytes} B counted`);
+  s.sweep(T0 + 48_000, 0); // visits no caller, gives back the empty chunks
+  assert.ok(
+    Math.abs(s.memory().bytes - formula) < 4096,
+    `${s.memory().bytes} B, formula ${formula}`,
+  );
+  assert.ok(
+    s.memory().bytes / logged < 15,
+    `${(s.memory().bytes / logged).toFixed(1)} B per logged request`,
+  );
+  s.sweep(T0 + 120_000, callers);
+  assert.deepEqual(s.memory(), {
+    logged: 0,
+    bytes: callers * (25 + 9) + 2 ** 16 * 4, // the table's entries used stay touched
+  });
+});
