@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import fc from "fast-check";
+import fc from "npm:fast-check@4.10.2";
 import { LogPool, MAX_POOLED } from "../../lib/limit/log_pool.ts";
 
 const T0 = 1_700_000_000_000;
