@@ -33,9 +33,9 @@ Deno.test("deno.json's memoryLimit and the unit's MemoryMax= hold the formula's 
   assert.equal(config.rateLimitMaxCallers, DEFAULT_MAX_CALLERS);
   const peak = peakBytes(DEFAULT_MAX_CALLERS, DEFAULT_MAX_CALLERS, config.rateLimit);
   const deploy = denoJson.deploy.runtime.memoryLimit * 1_000_000; // MB, as Deno Deploy reads it
-  const unit = await Deno.readTextFile(new URL("../../deploy/discovery.service", import.meta.url));
+  const unit = await Deno.readTextFile(new URL("../../deploy/discovery@.service", import.meta.url));
   const max = /^MemoryMax=(\d+)M$/m.exec(unit);
-  assert.ok(max, "deploy/discovery.service sets MemoryMax= in M (MiB)");
+  assert.ok(max, "deploy/discovery@.service sets MemoryMax= in M (MiB)");
   const budgets: Array<[string, number]> = [["memoryLimit", deploy], [
     "MemoryMax",
     Number(max[1]) * MIB,
