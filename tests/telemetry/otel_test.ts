@@ -16,7 +16,14 @@ import {
   valueOf,
 } from "../_otlp_receiver.ts";
 import { type ServiceProcess, startService } from "../_service_process.ts";
-import { freePort, redisUnavailableReason, startRedis, waitForPort } from "../_redis.ts";
+import {
+  freePort,
+  pollUntil,
+  redisCli,
+  redisUnavailableReason,
+  startRedis,
+  waitForPort,
+} from "../_redis.ts";
 import { STOP_DEADLINE_MS } from "../../lib/server/serve.ts";
 
 const ROOT = new URL("../../", import.meta.url);
@@ -208,6 +215,126 @@ Deno.test({
     }
   },
 });
+
+/** The requests sent while Redis is down: enough to trip the breaker (5 failures) and stay open. */
+const OUTAGE_REQUESTS = 20;
+
+/** One GET of `url` by `caller`: its status and body. */
+async function answer(url: string, caller: string): Promise<{ status: number; text: string }> {
+  const response = await fetch(url, { headers: { "x-forwarded-for": caller } });
+  return { status: response.status, text: await response.text() };
+}
+
+/** Whether the service's connection to the Redis on `port` is back (a client besides redis-cli). */
+async function reconnected(port: number): Promise<boolean> {
+  const clients = await redisCli(["-p", String(port), "client", "list"]);
+  return clients.trim().split("\n").length >= 2;
+}
+
+/** Whether some export reported the breaker in `state`. */
+function reported(received: Received, state: string): boolean {
+  return pointsOf(received, "ratelimit.breaker.state").some((p) =>
+    valueOf(p) === 1 && attribute(p.attributes, "ratelimit.breaker.state") === state
+  );
+}
+
+for (const policy of ["open", "closed"] as const) {
+  Deno.test({
+    name:
+      `OTel on, Redis exact killed and restarted, RATE_LIMIT_ON_STORE_ERROR=${policy}: the policy's answers, the breaker's state and transitions, and the failed store calls are exported`,
+    ignore: redisUnavailableReason() !== undefined,
+    async fn() {
+      const redis = await startRedis();
+      const receiver = startReceiver();
+      let service: ServiceProcess | undefined;
+      try {
+        service = await startService(
+          otelEnv(receiver.endpoint, {
+            RATE_LIMIT_STORE: "redis",
+            REDIS_URL: redis.url,
+            RATE_LIMIT_ON_STORE_ERROR: policy,
+            OTEL_METRIC_EXPORT_INTERVAL: "300",
+          }),
+          undefined,
+          { stdoutEvents: true },
+        );
+        const url = `${service.url}/api/v1/platform`;
+        for (let i = 0; i < 3; i++) assert.equal((await answer(url, CALLER)).status, 200);
+
+        await redis.stop();
+        const down: { status: number; text: string }[] = [];
+        for (let i = 0; i < OUTAGE_REQUESTS; i++) down.push(await answer(url, CALLER));
+        const refused = down.filter((a) => a.status === 429);
+        assert.equal(down.filter((a) => a.status === 200).length + refused.length, down.length);
+        assert.equal(refused.length, policy === "open" ? 0 : OUTAGE_REQUESTS);
+        assert.ok(refused.every((a) => a.text.includes("rate_limit_unavailable")));
+        const { received } = receiver;
+        await until(() => reported(received, "open"), "the breaker reported open");
+
+        // Back: once the service has reconnected and the probe interval (250 ms) is over, the
+        // next request is the probe; it and the ones after it are the store's answers.
+        await redis.start();
+        await pollUntil(() => reconnected(redis.port), 10_000, "the service reconnected");
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        for (let i = 0; i < 3; i++) assert.equal((await answer(url, CALLER)).status, 200);
+        // Read from the periodic exports, not the exit's: an exit after SIGTERM was once seen held
+        // for minutes with the collector's connection open (the test then kills the service).
+        const decided = () => pointsOf(received, "ratelimit.decisions");
+        await until(() => totals(decided(), "ratelimit.outcome").admitted === 6, "admitted again");
+        await until(
+          () =>
+            totals(
+              pointsOf(received, "ratelimit.breaker.transitions"),
+              "ratelimit.breaker.transition",
+            )
+              .closed === 1,
+          "the closed transition",
+        );
+        await new Promise((resolve) => setTimeout(resolve, 400));
+
+        assert.deepEqual(
+          totals(pointsOf(received, "ratelimit.decisions"), "ratelimit.outcome"),
+          { admitted: 6, [`failure_policy_${policy}`]: OUTAGE_REQUESTS },
+        );
+        assert.deepEqual(
+          totals(
+            pointsOf(received, "ratelimit.breaker.transitions"),
+            "ratelimit.breaker.transition",
+          ),
+          { opened: 1, closed: 1 },
+        );
+        const states = pointsOf(received, "ratelimit.breaker.state");
+        const last = states.reduce((a, b) =>
+          BigInt(b.timeUnixNano ?? 0) > BigInt(a.timeUnixNano ?? 0) ? b : a
+        );
+        const lastTime = last.timeUnixNano;
+        const now = states.filter((p) => p.timeUnixNano === lastTime && valueOf(p) === 1);
+        assert.deepEqual(now.map((p) => attribute(p.attributes, "ratelimit.breaker.state")), [
+          "closed",
+        ]);
+
+        // The calls that reached the store while it was down: at least the 5 that tripped it.
+        const hits = totals(
+          pointsOf(received, "ratelimit.store.duration").filter((p) =>
+            attribute(p.attributes, "ratelimit.operation") === "hit"
+          ),
+          "ratelimit.store.outcome",
+        );
+        assert.equal(hits.ok, 6);
+        assert.ok((hits.error ?? 0) + (hits.timeout ?? 0) >= 5, JSON.stringify(hits));
+        assert.deepEqual(
+          Object.keys(hits).filter((o) => !["ok", "error", "timeout"].includes(o)),
+          [],
+        );
+      } finally {
+        service?.kill("SIGKILL");
+        await service?.exited;
+        await receiver.close();
+        await redis.stop();
+      }
+    },
+  });
+}
 
 Deno.test("OTel on with the default http/protobuf: metrics, spans and logs arrive (counted, not decoded)", async () => {
   const receiver = startReceiver();
