@@ -28,6 +28,9 @@ export interface StartOptions {
   stdoutEvents?: boolean;
 }
 
+/** How long {@linkcode ServiceProcess.stop} waits for the exit before it kills and fails. */
+const STOP_WAIT_MS = 45_000;
+
 /** A running service process. */
 export interface ServiceProcess {
   /** `http://127.0.0.1:<port>`. */
@@ -141,8 +144,17 @@ export async function startService(
       try {
         child.kill("SIGTERM");
       } catch { /* already gone */ }
+      // Bounded, so that a process that never exits fails its test instead of holding the suite.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const exited = await Promise.race([
+        child.status.then(() => true),
+        new Promise<false>((resolve) => timer = setTimeout(() => resolve(false), STOP_WAIT_MS)),
+      ]);
+      clearTimeout(timer);
+      if (!exited) child.kill("SIGKILL");
       await child.status;
       await reading;
+      if (!exited) throw new Error(`the service did not exit within ${STOP_WAIT_MS} ms of SIGTERM`);
     },
   };
 }
