@@ -25,6 +25,7 @@
 
 import { parseArgs } from "node:util";
 import { startTaskArgs } from "./_start_task.ts";
+import { freePort, status } from "./_proc.ts";
 
 const { values: args } = parseArgs({
   args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
@@ -59,23 +60,6 @@ if (!(callers >= 2 && callers <= 4_194_304 && segmentSeconds >= 5 && sampleSecon
 }
 const THREADS = 2;
 const here = import.meta.dirname!;
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-/** VmRSS and VmHWM of `pid` in MiB. */
-async function status(pid: number): Promise<{ rss: number; hwm: number }> {
-  // Through cat: Deno asks for --allow-all to read /proc/<pid> itself.
-  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/status`], stdout: "piped" })
-    .output();
-  const text = new TextDecoder().decode(out.stdout);
-  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(text)?.[1]);
-  return { rss: kb("VmRSS") / 1024, hwm: kb("VmHWM") / 1024 };
-}
 
 /** One wrk run (one row of the report). */
 interface Segment {

@@ -15,6 +15,7 @@
 
 import { parseArgs } from "node:util";
 import { startTaskArgs } from "./_start_task.ts";
+import { freePort, status } from "./_proc.ts";
 
 const { values: args } = parseArgs({
   args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
@@ -39,22 +40,6 @@ const here = import.meta.dirname!;
 /** Upper bound of one spray, whatever the rate. */
 const MAX_SECONDS = 120;
 const THREADS = 2;
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-async function status(pid: number): Promise<{ rss: number; hwm: number }> {
-  // Through cat: Deno asks for --allow-all to read /proc/<pid> itself.
-  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/status`], stdout: "piped" })
-    .output();
-  const text = new TextDecoder().decode(out.stdout);
-  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(text)?.[1]);
-  return { rss: kb("VmRSS") / 1024, hwm: kb("VmHWM") / 1024 };
-}
 
 interface Result {
   cap: number;
