@@ -1,0 +1,106 @@
+/**
+ * The reference the memory store's property tests hold it to: a plain sliding log per caller (every
+ * admitted time kept, dropped only when a request of that caller finds it out of the window), plus
+ * what the store's sweep does, stated exactly.
+ *
+ * A sweep at time `s` may forget a caller whose newest counted request is at or before `s - window`:
+ * the store forgets exactly those it visits, and a partial sweep (a budget) visits only some. While
+ * the clock only moves forward, a forgotten caller and a kept one decide alike (nothing of either is
+ * in any later window). They differ only after the clock steps back behind the sweep: the kept
+ * caller's old requests are in the window again, the forgotten caller has none (as a Redis key that
+ * expired). So the model keeps, per caller, every log the store may hold, and the store's answer
+ * picks among them: an answer that none of them gives fails.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type Decision, type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
+
+/** What the store answers, without the optional fields. */
+type Answer = Pick<Decision, "allowed" | "remaining" | "resetSeconds">;
+
+/** A sliding log per caller, with every state a sweep may have left (see the module comment). */
+export class SlidingLogModel {
+  readonly #limit: number;
+  readonly #windowMs: number;
+  /** Per caller: the logs the store may hold (ascending), at least one. */
+  readonly #logs = new Map<string, number[][]>();
+
+  /** A model of a store under `policy` that has seen nothing. */
+  constructor(policy: RateLimitPolicy) {
+    this.#limit = policy.limit;
+    this.#windowMs = policy.windowMs;
+  }
+
+  /** Checks the store's answer to a request of `key` at `now`, and counts it as the store did. */
+  hit(key: string, now: number, answer: Answer): void {
+    const next: number[][] = [];
+    for (const log of this.#pick(key, now, answer, "hit")) {
+      const live = log.filter((t) => t > now - this.#windowMs);
+      if (answer.allowed) live.push(now);
+      next.push(live.sort((a, b) => a - b));
+    }
+    this.#logs.set(key, dedupe(next));
+  }
+
+  /** Checks the store's report on `key` at `now` (nothing is counted). */
+  peek(key: string, now: number, answer: Answer): void {
+    this.#logs.set(key, this.#pick(key, now, answer, "peek"));
+  }
+
+  /** A sweep at `now` may have forgotten every caller whose newest time has left the window. */
+  sweep(now: number): void {
+    for (const [key, logs] of this.#logs) {
+      if (logs.some((log) => log.length > 0 && log.at(-1)! <= now - this.#windowMs)) {
+        this.#logs.set(key, dedupe([...logs, []]));
+      }
+    }
+  }
+
+  /** The logs of `key` that give `answer` at `now`; fails when none does. */
+  #pick(key: string, now: number, answer: Answer, kind: "hit" | "peek"): number[][] {
+    const logs = this.#logs.get(key) ?? [[]];
+    const expected = logs.map((log) => this.#answer(log, now, kind));
+    const same = logs.filter((_, i) => sameAnswer(expected[i]!, answer));
+    assert.ok(
+      same.length > 0,
+      `${kind} ${key} at ${now}: got ${JSON.stringify(answer)}, expected one of ${
+        JSON.stringify(expected)
+      } (logs ${JSON.stringify(logs)})`,
+    );
+    return same;
+  }
+
+  /** What a plain sliding log `log` answers at `now`. */
+  #answer(log: number[], now: number, kind: "hit" | "peek"): Answer {
+    const limit = this.#limit;
+    const live = log.filter((t) => t > now - this.#windowMs);
+    if (kind === "peek") {
+      return {
+        allowed: live.length < limit,
+        remaining: Math.max(0, limit - live.length),
+        resetSeconds: live.length === 0 ? 0 : resetSecondsOf(live[0]!, now, this.#windowMs),
+      };
+    }
+    const allowed = live.length < limit;
+    const oldest = allowed ? Math.min(live[0] ?? now, now) : live[0]!;
+    return {
+      allowed,
+      remaining: allowed ? limit - live.length - 1 : 0,
+      resetSeconds: resetSecondsOf(oldest, now, this.#windowMs),
+    };
+  }
+}
+
+/** Whether the store's answer `b` is exactly `a` (no other field, `-0` is not `0`). */
+function sameAnswer(a: Answer, b: Answer): boolean {
+  return a.allowed === b.allowed && a.remaining === b.remaining &&
+    Object.is(a.resetSeconds, b.resetSeconds) && Object.keys(b).length === 3;
+}
+
+/** `logs` without repeats. */
+function dedupe(logs: number[][]): number[][] {
+  const seen = new Map(logs.map((log) => [log.join(","), log]));
+  return [...seen.values()];
+}
