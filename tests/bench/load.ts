@@ -28,8 +28,9 @@
  * an OTLP/HTTP receiver in this process, `tests/_otlp_receiver.ts`, in the default http/protobuf):
  * metrics only (`otel-metrics`), metrics and every trace (`otel-traces`), and traces sampled at 5%
  * (`otel-traces-5%`, `parentbased_traceidratio`). `--base <dir>` adds the service of another
- * checkout (built and started as its `deno task start` does), e.g. main's, as `base`: with
- * `--paired`, the ratio of this service to it.
+ * checkout (built and started as its `deno task start` does), e.g. main's, as `base` in every
+ * scenario (one process per scenario environment, as the service): interleaved with the service in
+ * each round, and with `--paired` the ratio of this service to it over the same seconds.
  *
  * Only 127.0.0.1 is ever targeted; every wrk run is bounded by `--duration`.
  *
@@ -222,34 +223,50 @@ const OTEL_VARIANTS: Record<string, Record<string, string>> = {
   },
 };
 
-/** Starts the `--otel` variants (and their receiver) and the `--base` service; their ports. */
-async function startVariants(): Promise<Array<{ server: string; port: number }>> {
-  const started: Array<{ server: string; port: number }> = [];
-  const start = async (server: string, env: Record<string, string>, cwd = root) => {
+/** A server started beside the service in one scenario (`--otel`, `--base`). */
+interface Variant {
+  server: string;
+  port: number;
+  /** The scenario it runs in. */
+  scenario: string;
+}
+
+/** Starts the `--otel` variants (and their receiver) and the `--base` services; their ports. */
+async function startVariants(): Promise<Variant[]> {
+  const variants: Variant[] = [];
+  const start = async (env: Record<string, string>, cwd = root) => {
     const port = freePort();
     const env_ = { ...baseEnv, ...env, PORT: String(port), ACCESS_LOG: "false" };
     pidOf[port] = spawn(startTaskArgs(), env_, "null", cwd).pid;
     await waitFor(`http://127.0.0.1:${port}/llms.txt`);
-    started.push({ server, port });
+    return port;
   };
   if (args.otel) {
     const receiver = startReceiver();
     for (const [server, env] of Object.entries(OTEL_VARIANTS)) {
-      await start(server, {
+      const port = await start({
         ...env,
         OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
         OTEL_EXPORTER_OTLP_TIMEOUT: "500",
         OTEL_METRIC_EXPORT_INTERVAL: "1000",
       });
+      if (scenarios.some((s) => s.name === "json")) {
+        variants.push({ server, port, scenario: "json" });
+      }
     }
   }
   if (args.base !== undefined) {
     const built = new Deno.Command("deno", { args: ["task", "build"], cwd: args.base })
       .outputSync();
     if (!built.success) throw new Error(`deno task build failed in ${args.base}`);
-    await start("base", {}, args.base);
+    const byEnv = new Map<string, number>();
+    for (const scenario of scenarios) {
+      const envKey = JSON.stringify(scenario.env ?? {});
+      if (!byEnv.has(envKey)) byEnv.set(envKey, await start(scenario.env ?? {}, args.base));
+      variants.push({ server: "base", port: byEnv.get(envKey)!, scenario: scenario.name });
+    }
   }
-  return started;
+  return variants;
 }
 
 const variants = await startVariants();
@@ -359,7 +376,10 @@ const plan: Array<{ scenario: typeof SCENARIOS[number]; server: string; port: nu
 for (const scenario of scenarios) {
   const servers = [
     ...serviceNames.map((name) => ({ server: name, port: targetsOf[scenario.name]![name]! })),
-    ...(scenario.name === "json" ? variants : []),
+    ...variants.filter((v) => v.scenario === scenario.name).map(({ server, port }) => ({
+      server,
+      port,
+    })),
     { server: "ceiling", port: refPorts[`ceiling-${scenario.name}`]! },
     { server: "bare", port: refPorts["bare"]! },
     ...(scenario.peer ? [{ server: "hono", port: honoOf[scenario.name]! }] : []),

@@ -13,7 +13,9 @@
  *
  * Usage: `deno task bench:soak [--minutes 3] [--callers 262144] [--window 60] [--limit 60]
  * [--hot 50] [--hot-every 50] [--cap 500000] [--idle <seconds>] [--sample 5] [--segment 60]
- * [--trace-gc <file>] [--smaps <file>] [--json <file>]`. `--smaps` copies the service's
+ * [--trace-gc <file>] [--heap <seconds>] [--smaps <file>] [--json <file>]`. `--trace-gc` writes V8's
+ * line per collection to the file; `--heap` adds to it, every so many seconds, the service's V8 heap
+ * spaces and `Deno.memoryUsage()` (tests/bench/_heap_probe.ts, preloaded). `--smaps` copies the service's
  * `/proc/<pid>/smaps` at the end of the idle time (which mappings hold what is left). `--window` sets `RATE_LIMIT_WINDOW_SECONDS` (a shorter one
  * keeps a run short; the figures in tests/bench/README.md are for the default 60 s); the idle time
  * defaults to one and a half windows plus 5 s (a caller is swept at most half a window after it
@@ -42,6 +44,7 @@ const { values: args } = parseArgs({
     segment: { type: "string", default: "60" },
     connections: { type: "string", default: "50" },
     "trace-gc": { type: "string" },
+    heap: { type: "string" },
     smaps: { type: "string" },
     json: { type: "string" },
   },
@@ -55,11 +58,17 @@ const idleSeconds = args.idle === undefined ? windowSeconds * 1.5 + 5 : Number(a
 if (!(minutes > 0 && minutes <= 8 && idleSeconds >= 0 && idleSeconds <= 200)) {
   throw new Error("--minutes must be at most 8 and --idle at most 200 (seconds)");
 }
+if (args.heap !== undefined && args["trace-gc"] === undefined) {
+  throw new Error("--heap writes into the --trace-gc file: give both");
+}
 if (!(callers >= 2 && callers <= 4_194_304 && segmentSeconds >= 5 && sampleSeconds >= 1)) {
   throw new Error("--callers must be 2..4,194,304, --segment at least 5 and --sample at least 1");
 }
 const THREADS = 2;
 const here = import.meta.dirname!;
+
+/** One sample: seconds since the load started, VmRSS and VmHWM in MiB. */
+type Sample = [number, number, number];
 
 /** One wrk run (one row of the report). */
 interface Segment {
@@ -73,13 +82,14 @@ interface Segment {
   rssMax: number;
 }
 
-/** The service as `deno task start` runs it, `--trace-gc` added if asked for. */
+/** The service as `deno task start` runs it, `--trace-gc` and the heap probe added if asked for. */
 function startService(port: number): Deno.ChildProcess {
   const argv = startTaskArgs();
   const trace = args["trace-gc"];
   if (trace !== undefined) {
     const at = argv.findIndex((word) => word.startsWith("--v8-flags="));
     argv[at] = `${argv[at]},--trace-gc`;
+    if (args.heap !== undefined) argv.splice(at, 0, `--preload=${here}/_heap_probe.ts`);
   }
   return new Deno.Command("taskset", {
     args: ["-c", "0", Deno.execPath(), ...argv],
@@ -93,6 +103,7 @@ function startService(port: number): Deno.ChildProcess {
       RATE_LIMIT: args.limit,
       RATE_LIMIT_WINDOW_SECONDS: args.window,
       RATE_LIMIT_MAX_CALLERS: args.cap,
+      ...(args.heap === undefined ? {} : { HEAP_PROBE_SECONDS: args.heap }),
     },
     stdout: trace === undefined ? "null" : "piped",
     stderr: "inherit",
@@ -128,13 +139,17 @@ async function wrk(port: number, seconds: number, offset: number) {
   return JSON.parse(line.slice(8));
 }
 
-/** Samples RSS every `sampleSeconds` into `samples` (seconds since `t0`, MiB) until stopped. */
-function sampler(pid: number, t0: number, samples: Array<[number, number]>): () => Promise<void> {
+/**
+ * Samples RSS and VmHWM every `sampleSeconds` into `samples` (seconds since `t0`, MiB, MiB) until
+ * stopped: where VmHWM rises between two samples is when the peak happened, even if it lasted less
+ * than a sample's interval.
+ */
+function sampler(pid: number, t0: number, samples: Sample[]): () => Promise<void> {
   let stop = false;
   const loop = (async () => {
     while (!stop) {
-      const { rss } = await status(pid);
-      samples.push([(performance.now() - t0) / 1000, rss]);
+      const { rss, hwm } = await status(pid);
+      samples.push([(performance.now() - t0) / 1000, rss, hwm]);
       await new Promise((r) => setTimeout(r, sampleSeconds * 1000));
     }
   })();
@@ -156,7 +171,7 @@ async function soak() {
     await waitFor(`http://127.0.0.1:${port}/llms.txt`);
     const started = await status(service.pid);
     const t0 = performance.now();
-    const samples: Array<[number, number]> = [];
+    const samples: Sample[] = [];
     const stopSampling = sampler(service.pid, t0, samples);
     const segments: Segment[] = [];
     let sentPerThread = 0;
@@ -228,6 +243,15 @@ console.log(
   } MiB at the end of load, ${f(result.idle.hwm)} MiB after idling; after ${idleSeconds} s idle ${
     f(result.idle.rss)
   } MiB`,
+);
+// When the peak was reached: VmHWM's last rise between two samples (none: before the first).
+const rise = result.samples.findIndex(([, , hwm]) => hwm >= result.idle.hwm);
+console.log(
+  rise > 0
+    ? `peak reached between ${f(result.samples[rise - 1]![0])} s and ${
+      f(result.samples[rise]![0])
+    } s`
+    : "peak reached before the first sample",
 );
 if (args.json !== undefined) {
   await Deno.writeTextFile(args.json, JSON.stringify({ args, ...result }));
