@@ -113,6 +113,11 @@ export interface ResilientServeOptions {
   hostname: string;
   /** Port to listen on; 0 picks a free one, kept when listening again. */
   port: number;
+  /**
+   * Lets another process listen on the same TCP port (`SO_REUSEPORT`, Linux; needs `--unstable-net`),
+   * so that a new instance can take over the port before this one stops.
+   */
+  reusePort?: boolean;
   /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
   onEvent?: (event: ServeEvent) => void;
 }
@@ -161,8 +166,15 @@ export function serveResilient(
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
 
+  // Only asked for when wanted: the option is unstable, and Deno exits when it is given without
+  // --unstable-net.
+  const reuse = options.reusePort ? { reusePort: true } : {};
   const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
-    const server = Deno.serve({ ...where, onListen: () => {} }, handler);
+    const server = Deno.serve({
+      ...where,
+      ...("hostname" in where ? reuse : {}),
+      onListen: () => {},
+    }, handler);
     servers.add(server);
     server.finished.then(
       () => servers.delete(server),
