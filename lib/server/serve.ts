@@ -150,6 +150,15 @@ function listenAtOf(addr: Deno.Addr): ListenAt {
 }
 
 /**
+ * `Deno.serve`'s options for `where`; `reusePort` only when wanted, and for TCP only: the option is
+ * unstable, and Deno exits when it is given without `--unstable-net`.
+ */
+function serveOptions(where: ListenAt, reusePort = false): Deno.ServeOptions<Deno.Addr> {
+  const reuse = reusePort && "hostname" in where ? { reusePort: true } : {};
+  return { ...where, ...reuse, onListen: () => {} };
+}
+
+/**
  * Serves `handler` on `hostname:port` (or where `DENO_SERVE_ADDRESS` says), listening again whenever
  * accepting fails.
  *
@@ -166,15 +175,8 @@ export function serveResilient(
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
 
-  // Only asked for when wanted: the option is unstable, and Deno exits when it is given without
-  // --unstable-net.
-  const reuse = options.reusePort ? { reusePort: true } : {};
   const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
-    const server = Deno.serve({
-      ...where,
-      ...("hostname" in where ? reuse : {}),
-      onListen: () => {},
-    }, handler);
+    const server = Deno.serve(serveOptions(where, options.reusePort), handler);
     servers.add(server);
     server.finished.then(
       () => servers.delete(server),
