@@ -217,7 +217,9 @@ Deno.test({
     // As in deploy/Dockerfile: the checkout and now the cache too are root's, readable only.
     new Deno.Command("chown", { args: ["-R", "root:root", denoDir] }).outputSync();
     new Deno.Command("chmod", { args: ["-R", "a+rX,go-w", checkout, denoDir] }).outputSync();
-    const fromBundle = await startTask([...asNobody, "task", "start"], checkout, env);
+    // And, as under `docker run --read-only`, no writable temporary folder either.
+    const readOnlyTmp = { ...env, TMPDIR: denoDir };
+    const fromBundle = await startTask([...asNobody, "task", "start"], checkout, readOnlyTmp);
     try {
       assert.equal(await status(`${fromBundle.url}/api/v1/platform`), 200);
     } finally {
