@@ -253,6 +253,7 @@ if (listen) {
     server = serveResilient(drain.wrap(fetch), {
       hostname: config.hostname,
       port: config.port,
+      reusePort: config.reusePort,
       onEvent: logServeEvent,
     });
   } catch (error) {

@@ -26,6 +26,8 @@ export interface Config extends StoreSettings {
   port: number;
   /** Interface to listen on. */
   hostname: string;
+  /** Whether another process may listen on the same port (`SO_REUSEPORT`), for a one-port handover. */
+  reusePort: boolean;
   /** Public base URL, without a trailing slash; every absolute link is built from it. */
   baseUrl: string;
   /** Product name (Platform `name`). */
@@ -66,6 +68,7 @@ export type ConfigResult = { ok: true; config: Config } | { ok: false; errors: s
 export const ENV_NAMES = [
   "PORT",
   "HOSTNAME",
+  "REUSE_PORT",
   "PUBLIC_BASE_URL",
   "PRODUCT_NAME",
   "PRODUCT_DESCRIPTION",
@@ -125,7 +128,7 @@ export function recordEnv(record: Partial<Record<EnvName, string>>): Env {
 export function loadConfig(env: Env): ConfigResult {
   const reader = readerOf(env);
   const { read, errors } = reader;
-  const { port, hostname } = listenSettings(reader);
+  const { port, hostname, reusePort } = listenSettings(reader);
   const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
   const supportEmail = read("SUPPORT_EMAIL") ?? "support@example.com";
   if (!/^[^\s@<>()",;:]+@[^\s@<>()",;:]+\.[^\s@<>()",;:]+$/.test(supportEmail)) {
@@ -138,6 +141,7 @@ export function loadConfig(env: Env): ConfigResult {
   const config: Config = {
     port,
     hostname,
+    reusePort,
     baseUrl,
     ...productSettings(reader, baseUrl, supportEmail),
     ...limits,
@@ -168,8 +172,10 @@ function readerOf(env: Env): Reader {
   };
 }
 
-/** `PORT` and `HOSTNAME`. */
-function listenSettings({ read, int, errors }: Reader): Pick<Config, "port" | "hostname"> {
+/** `PORT`, `HOSTNAME` and `REUSE_PORT`. */
+function listenSettings(
+  { read, int, errors }: Reader,
+): Pick<Config, "port" | "hostname" | "reusePort"> {
   const port = int("PORT", 8000, { min: 0, max: 65535 });
   const hostname = read("HOSTNAME") ?? "0.0.0.0";
   if (parseIp(hostname) === undefined && !HOST_NAME.test(hostname)) {
@@ -177,7 +183,10 @@ function listenSettings({ read, int, errors }: Reader): Pick<Config, "port" | "h
       `HOSTNAME must be an IP address or a host name to listen on, got ${JSON.stringify(hostname)}`,
     );
   }
-  return { port, hostname };
+  // Off by default: with it, a second instance started by mistake on the same port shares it
+  // silently instead of failing with "address in use".
+  const reusePort = boolean(read("REUSE_PORT"), false, "REUSE_PORT", errors);
+  return { port, hostname, reusePort };
 }
 
 /** The product's name, description and the Platform's links (defaults under `baseUrl`). */

@@ -67,6 +67,8 @@ export async function startService(
       "--config",
       options.copy?.config ?? CONFIG,
       ...(options.copy === undefined ? [] : ["--no-lock"]),
+      // As deno task start: REUSE_PORT needs it.
+      "--unstable-net",
       "--allow-net",
       "--allow-read",
       "--allow-write",

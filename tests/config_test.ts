@@ -23,6 +23,7 @@ Deno.test("loadConfig() needs no variables: every one has a default", () => {
   const config = configOf({});
   assert.equal(config.port, 8000);
   assert.equal(config.hostname, "0.0.0.0");
+  assert.equal(config.reusePort, false);
   assert.equal(config.baseUrl, "http://localhost:8000");
   assert.equal(config.rateLimit, 60);
   assert.equal(config.rateLimitWindowSeconds, 60);
@@ -56,6 +57,7 @@ Deno.test("loadConfig() reads every variable", () => {
   const config = configOf({
     PORT: "9000",
     HOSTNAME: "127.0.0.1",
+    REUSE_PORT: "true",
     PRODUCT_NAME: "Acme Legal",
     PRODUCT_DESCRIPTION: "Research.",
     DOCUMENTATION_URL: "https://docs.example.com/",
@@ -74,6 +76,7 @@ Deno.test("loadConfig() reads every variable", () => {
   });
   assert.equal(config.port, 9000);
   assert.equal(config.hostname, "127.0.0.1");
+  assert.equal(config.reusePort, true);
   assert.equal(config.name, "Acme Legal");
   assert.equal(config.supportUrl, "https://help.example.com/");
   assert.equal(config.rateLimit, 100);
@@ -97,6 +100,7 @@ Deno.test("loadConfig() lists every problem at once", () => {
     SUPPORT_EMAIL: "not-an-email",
     SUPPORT_URL: "javascript:alert(1)",
     ACCESS_LOG: "maybe",
+    REUSE_PORT: "both",
   });
   const expected = [
     /^PORT must be a whole number/,
@@ -108,13 +112,14 @@ Deno.test("loadConfig() lists every problem at once", () => {
     /^SUPPORT_EMAIL must be an email address/,
     /^SUPPORT_URL must be an http, https or mailto URI/,
     /^ACCESS_LOG must be true or false/,
+    /^REUSE_PORT must be true or false/,
   ];
   for (const pattern of expected) {
     assert.ok(errors.some((e) => pattern.test(e)), `${pattern} in ${errors.join(" | ")}`);
   }
   assert.equal(errors.length, expected.length);
   const message = formatConfigErrors(errors);
-  assert.match(message, /^Configuration is invalid \(9 problems\); nothing is served:/);
+  assert.match(message, /^Configuration is invalid \(10 problems\); nothing is served:/);
 });
 
 Deno.test("loadConfig() refuses a public base URL with a query, fragment or credentials", () => {

@@ -217,7 +217,9 @@ Deno.test({
     // As in deploy/Dockerfile: the checkout and now the cache too are root's, readable only.
     new Deno.Command("chown", { args: ["-R", "root:root", denoDir] }).outputSync();
     new Deno.Command("chmod", { args: ["-R", "a+rX,go-w", checkout, denoDir] }).outputSync();
-    const fromBundle = await startTask([...asNobody, "task", "start"], checkout, env);
+    // And, as under `docker run --read-only`, no writable temporary folder either.
+    const readOnlyTmp = { ...env, TMPDIR: denoDir };
+    const fromBundle = await startTask([...asNobody, "task", "start"], checkout, readOnlyTmp);
     try {
       assert.equal(await status(`${fromBundle.url}/api/v1/platform`), 200);
     } finally {
@@ -227,6 +229,52 @@ Deno.test({
       fromBundle.lines.map(parseJson).filter((line) => line?.level === "warn"),
       [],
       fromBundle.lines.join("\n"),
+    );
+  },
+});
+
+Deno.test({
+  name:
+    `deno task start with an empty Deno cache its user may not write stops in Deno, before any of the service's code, as deploy/README.md says${
+      cannotSwitch ? ` (ignored: ${cannotSwitch})` : ""
+    }`,
+  ignore: cannotSwitch !== undefined,
+  async fn() {
+    const checkout = freshCheckout();
+    const bin = denoForNobody();
+    // root's, empty, and only readable by nobody.
+    const denoDir = Deno.makeTempDirSync({ prefix: "discovery-empty-" });
+    Deno.chmodSync(denoDir, 0o755);
+    const child = new Deno.Command(setpriv!, {
+      args: ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "deno", "task", "start"],
+      cwd: checkout,
+      env: {
+        PATH: `${bin}:/usr/bin:/bin`,
+        HOME: "/nonexistent",
+        DENO_DIR: denoDir,
+        NO_COLOR: "1",
+        PORT: "0",
+        HOSTNAME: "127.0.0.1",
+      },
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const timer = setTimeout(() => child.kill("SIGKILL"), START_WAIT_MS);
+    const { code, stderr } = await child.output();
+    clearTimeout(timer);
+    const said = new TextDecoder().decode(stderr);
+    assert.equal(code, 1, said);
+    // `deno task` caches every package deno.json and deno.lock name before it runs the task's first
+    // command (cli/tools/task.rs, maybe_npm_install): the entry picker, which would warn about the
+    // missing bundle, never runs, so the service cannot say this in its own words. Should a Deno
+    // let the task run first, this fails, and lib/server/entry.ts is where the sentence goes.
+    assert.match(said, /^error: Failed caching npm package '[^']+'$/m);
+    assert.match(said, /Permission denied/);
+    assert.doesNotMatch(said, /"level":"warn"/);
+    assert.match(
+      Deno.readTextFileSync(join(ROOT, "deploy", "README.md")),
+      /`error: Failed caching npm package '<name>@<version>'`/,
     );
   },
 });

@@ -113,6 +113,11 @@ export interface ResilientServeOptions {
   hostname: string;
   /** Port to listen on; 0 picks a free one, kept when listening again. */
   port: number;
+  /**
+   * Lets another process listen on the same TCP port (`SO_REUSEPORT`, Linux; needs `--unstable-net`),
+   * so that a new instance can take over the port before this one stops.
+   */
+  reusePort?: boolean;
   /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
   onEvent?: (event: ServeEvent) => void;
 }
@@ -145,6 +150,15 @@ function listenAtOf(addr: Deno.Addr): ListenAt {
 }
 
 /**
+ * `Deno.serve`'s options for `where`; `reusePort` only when wanted, and for TCP only: the option is
+ * unstable, and Deno exits when it is given without `--unstable-net`.
+ */
+function serveOptions(where: ListenAt, reusePort = false): Deno.ServeOptions<Deno.Addr> {
+  const reuse = reusePort && "hostname" in where ? { reusePort: true } : {};
+  return { ...where, ...reuse, onListen: () => {} };
+}
+
+/**
  * Serves `handler` on `hostname:port` (or where `DENO_SERVE_ADDRESS` says), listening again whenever
  * accepting fails.
  *
@@ -162,7 +176,7 @@ export function serveResilient(
   let retry: ReturnType<typeof setTimeout> | undefined;
 
   const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
-    const server = Deno.serve({ ...where, onListen: () => {} }, handler);
+    const server = Deno.serve(serveOptions(where, options.reusePort), handler);
     servers.add(server);
     server.finished.then(
       () => servers.delete(server),
