@@ -28,7 +28,7 @@ export function redisUnavailableReason(): string | undefined {
 
 /** A running (or stopped) test Redis. */
 export interface TestRedis {
-  /** `redis://127.0.0.1:<port>`. */
+  /** `redis://127.0.0.1:<port>` (`rediss://` with TLS; never with the password). */
   url: string;
   /** The port, kept across restarts. */
   port: number;
@@ -46,23 +46,24 @@ export function freePort(): number {
   return port;
 }
 
+/** Options of {@linkcode startRedis}. */
+export interface RedisOptions {
+  /** `requirepass`. */
+  password?: string;
+  /** TLS only (see {@linkcode makeTestTls}); the URL is then `rediss://`. */
+  tls?: TestTls;
+}
+
 /** Starts `redis-server` on a free loopback port and waits until it accepts connections. */
-export async function startRedis(): Promise<TestRedis> {
+export async function startRedis(options: RedisOptions = {}): Promise<TestRedis> {
   const port = freePort();
   let child: Deno.ChildProcess | undefined;
   const start = async () => {
     child = new Deno.Command("redis-server", {
       args: [
-        "--port",
-        String(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--protected-mode",
-        "yes",
+        ...(options.tls === undefined ? ["--port", String(port)] : tlsArgs(port, options.tls)),
+        ...["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes"],
+        ...(options.password === undefined ? [] : ["--requirepass", options.password]),
       ],
       stdout: "null",
       stderr: "null",
@@ -76,7 +77,7 @@ export async function startRedis(): Promise<TestRedis> {
     child = undefined;
   };
   await start();
-  return { url: `redis://127.0.0.1:${port}`, port, stop, start };
+  return { url: `${options.tls ? "rediss" : "redis"}://127.0.0.1:${port}`, port, stop, start };
 }
 
 /** Waits until something accepts TCP connections on `port`, at most `timeoutMs`. */
@@ -148,10 +149,79 @@ export async function pollUntil(
   }
 }
 
-/** The persistence-free, loopback-only arguments every test node shares. */
-function baseArgs(port: number): string[] {
+/** Throwaway TLS files of test servers: a CA and a certificate for 127.0.0.1 that it signed. */
+export interface TestTls {
+  /** The CA certificate (PEM) clients trust: `redis-cli --cacert`, `DENO_CERT` for the service. */
+  ca: string;
+  /** The servers' certificate (PEM), for IP 127.0.0.1 and localhost. */
+  cert: string;
+  /** The servers' private key (PEM). */
+  key: string;
+}
+
+/**
+ * Makes a CA and a server certificate for 127.0.0.1 signed by it in `dir` with `openssl`, valid for
+ * a day. The keys live in the test's temporary folder only.
+ */
+export async function makeTestTls(dir: string): Promise<TestTls> {
+  const tls = { ca: `${dir}/ca.crt`, cert: `${dir}/redis.crt`, key: `${dir}/redis.key` };
+  const caKey = `${dir}/ca.key`;
+  const csr = `${dir}/redis.csr`;
+  const ext = `${dir}/san.ext`;
+  await Deno.writeTextFile(ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+  const steps = [
+    ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", caKey, "-out", tls.ca],
+    ["-days", "1", "-subj", "/CN=discovery test CA"],
+    ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", tls.key, "-out", csr],
+    ["-subj", "/CN=127.0.0.1"],
+    ["x509", "-req", "-in", csr, "-CA", tls.ca, "-CAkey", caKey, "-CAcreateserial"],
+    ["-out", tls.cert, "-days", "1", "-extfile", ext],
+  ];
+  for (let i = 0; i < steps.length; i += 2) {
+    const out = await new Deno.Command("openssl", {
+      args: [...steps[i]!, ...steps[i + 1]!],
+      stdout: "null",
+      stderr: "piped",
+    }).output();
+    if (!out.success) throw new Error(`openssl: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return tls;
+}
+
+/** Why the TLS tests cannot run here (no `openssl`), or undefined when they can. */
+export function tlsUnavailableReason(): string | undefined {
+  const found = Deno.env.get("PATH")?.split(":").some((dir) => {
+    try {
+      return Deno.statSync(`${dir}/openssl`).isFile;
+    } catch {
+      return false;
+    }
+  });
+  return found ? undefined : "openssl is not on PATH (apt-get install openssl)";
+}
+
+/** A data node's TLS-only arguments: no plain port, TLS for clients, replication and cluster bus. */
+function tlsArgs(port: number, tls: TestTls): string[] {
   return [
-    ...["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    ...["--port", "0", "--tls-port", String(port), "--tls-auth-clients", "no"],
+    ...["--tls-cert-file", tls.cert, "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca],
+    ...["--tls-replication", "yes", "--tls-cluster", "yes"],
+  ];
+}
+
+/** `redis-cli`'s password and TLS arguments. */
+function cliArgs(password: string | undefined, tls: TestTls | undefined): string[] {
+  return [
+    ...(password === undefined ? [] : ["--no-auth-warning", "-a", password]),
+    ...(tls === undefined ? [] : ["--tls", "--cacert", tls.ca]),
+  ];
+}
+
+/** The persistence-free, loopback-only arguments every test node shares. */
+function baseArgs(port: number, tls?: TestTls): string[] {
+  return [
+    ...(tls === undefined ? ["--port", String(port)] : tlsArgs(port, tls)),
+    ...["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
     // A replica's first sync starts at once, not after the default 5 s wait for more replicas.
     ...["--repl-diskless-sync-delay", "0"],
   ];
@@ -159,7 +229,7 @@ function baseArgs(port: number): string[] {
 
 /** A running 6-node Redis Cluster: 3 primaries, one replica each. */
 export interface TestCluster extends AsyncDisposable {
-  /** The seed URLs (`redis://127.0.0.1:<port>`), every node. */
+  /** The seed URLs (`redis://127.0.0.1:<port>`, `rediss://` with TLS), every node. */
   urls: string[];
   /** `cluster-node-timeout`, in ms: a primary is failed over about this long after it stops. */
   nodeTimeoutMs: number;
@@ -183,6 +253,10 @@ export interface ClusterOptions {
   nodeTimeoutMs?: number;
   /** `requirepass` and `masterauth` of every node. */
   password?: string;
+  /** Replicas per primary: 1 (default, 6 nodes) or 0 (3 primaries alone, for benchmarks). */
+  replicas?: 0 | 1;
+  /** TLS only, for clients, replication and the cluster bus (see {@linkcode makeTestTls}). */
+  tls?: TestTls;
 }
 
 /**
@@ -196,16 +270,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
   const auth = options.password === undefined
     ? []
     : ["--requirepass", options.password, "--masterauth", options.password];
-  const cliAuth = options.password === undefined
-    ? []
-    : ["--no-auth-warning", "-a", options.password];
-  const nodes: Node[] = Array.from({ length: 6 }, () => {
+  const cliAuth = cliArgs(options.password, options.tls);
+  const replicas = options.replicas ?? 1;
+  const nodes: Node[] = Array.from({ length: 3 * (1 + replicas) }, () => {
     const port = freePort();
     return {
       port,
       child: undefined,
       args: [
-        ...baseArgs(port),
+        ...baseArgs(port, options.tls),
         ...auth,
         "--cluster-enabled",
         "yes",
@@ -267,7 +340,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
       "create",
       ...nodes.map((node) => `127.0.0.1:${node.port}`),
       "--cluster-replicas",
-      "1",
+      String(replicas),
       "--cluster-yes",
     ]);
     await healthy();
@@ -276,7 +349,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
     throw error;
   }
   return {
-    urls: nodes.map((node) => `redis://127.0.0.1:${node.port}`),
+    urls: nodes.map((node) => `${options.tls ? "rediss" : "redis"}://127.0.0.1:${node.port}`),
     nodeTimeoutMs,
     async primaryOf(key) {
       const running = nodes.find((node) => node.child !== undefined)!;
@@ -311,7 +384,7 @@ function primaryOfSlot(output: string, slot: number): number {
 
 /** A running Sentinel setup: a primary, one replica and three sentinels. */
 export interface TestSentinel extends AsyncDisposable {
-  /** The sentinels' URLs (`redis://127.0.0.1:<port>`). */
+  /** The sentinels' URLs (`redis://127.0.0.1:<port>`, `rediss://` with TLS). */
   urls: string[];
   /** The primary group's name (`REDIS_SENTINEL_MASTER`). */
   name: string;
@@ -331,6 +404,22 @@ export interface SentinelOptions {
   downAfterMs?: number;
   /** `requirepass` and `masterauth` of the data nodes and of the sentinels. */
   password?: string;
+  /** TLS only, for the data nodes, the sentinels and replication (see {@linkcode makeTestTls}). */
+  tls?: TestTls;
+}
+
+/** A sentinel's TLS-only configuration lines: it speaks TLS to clients and to the data nodes. */
+function sentinelTlsLines(port: number, tls: TestTls | undefined): string[] {
+  if (tls === undefined) return [`port ${port}`];
+  return [
+    "port 0",
+    `tls-port ${port}`,
+    `tls-cert-file ${tls.cert}`,
+    `tls-key-file ${tls.key}`,
+    `tls-ca-cert-file ${tls.ca}`,
+    "tls-auth-clients no",
+    "tls-replication yes",
+  ];
 }
 
 /**
@@ -343,13 +432,13 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Test
   const root = await Deno.makeTempDir({ prefix: "redis-sentinel-" });
   const password = options.password;
   const auth = password === undefined ? [] : ["--requirepass", password, "--masterauth", password];
-  const cliAuth = password === undefined ? [] : ["--no-auth-warning", "-a", password];
+  const cliAuth = cliArgs(password, options.tls);
   const primaryPort = freePort();
   const data: Node[] = [primaryPort, freePort()].map((port, i) => ({
     port,
     child: undefined,
     args: [
-      ...baseArgs(port),
+      ...baseArgs(port, options.tls),
       ...auth,
       ...(i === 0 ? [] : ["--replicaof", "127.0.0.1", String(primaryPort)]),
     ],
@@ -362,7 +451,7 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Test
     await Deno.writeTextFile(
       file,
       [
-        `port ${port}`,
+        ...sentinelTlsLines(port, options.tls),
         "bind 127.0.0.1",
         `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 2`,
         `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
@@ -370,7 +459,11 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Test
         `sentinel parallel-syncs ${name} 1`,
         ...(password === undefined
           ? []
-          : [`sentinel auth-pass ${name} ${password}`, `requirepass ${password}`]),
+          // Quoted: a password may hold spaces (the configuration file splits on them).
+          : [
+            `sentinel auth-pass ${name} ${JSON.stringify(password)}`,
+            `requirepass ${JSON.stringify(password)}`,
+          ]),
         "",
       ].join("\n"),
     );
@@ -412,7 +505,7 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Test
     throw error;
   }
   return {
-    urls: sentinels.map((s) => `redis://127.0.0.1:${s.port}`),
+    urls: sentinels.map((s) => `${options.tls ? "rediss" : "redis"}://127.0.0.1:${s.port}`),
     name,
     downAfterMs,
     async primary() {

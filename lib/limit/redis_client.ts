@@ -53,6 +53,13 @@ export const SINGLE_AT_SENTINEL =
 const RECONNECT_MAX_MS = 500;
 
 /**
+ * A cluster node's longest wait between two connection attempts, in ms. Each attempt at a node that
+ * stopped answering is also when the client may re-read the slots: a quarter of a second keeps the
+ * time from a replica's promotion to limiting again within about 0.5 s (with the guard's probe).
+ */
+const CLUSTER_RECONNECT_MAX_MS = 250;
+
+/**
  * The hash slot of a key, by the very function the cluster client routes with (a CommonJS module:
  * its default export arrives as `default` of what is imported).
  */
@@ -146,24 +153,24 @@ function nodeOf(url: string) {
   };
 }
 
-/** The socket settings of every connection: fail fast while down, reconnect at most 0.5 s apart. */
-function socketOptions(tls: boolean) {
+/** The socket settings of every connection: fail fast while down, reconnect at most `maxMs` apart. */
+function socketOptions(tls: boolean, maxMs: number) {
   return {
     connectTimeout: 2000,
-    reconnectStrategy: (retries: number) => Math.min(50 * (retries + 1), RECONNECT_MAX_MS),
+    reconnectStrategy: (retries: number) => Math.min(50 * (retries + 1), maxMs),
     ...(tls ? { tls: true as const } : {}),
   };
 }
 
 /** Credentials, TLS and the offline behaviour shared by every node client of a topology. */
-function nodeDefaults(url: string) {
+function nodeDefaults(url: string, reconnectMaxMs = RECONNECT_MAX_MS) {
   const { tls, username, password } = nodeOf(url);
   return {
     ...(username === undefined ? {} : { username }),
     ...(password === undefined ? {} : { password }),
     // Fail fast while disconnected instead of queueing: the guard answers by policy meanwhile.
     disableOfflineQueue: true,
-    socket: socketOptions(tls),
+    socket: socketOptions(tls, reconnectMaxMs),
   };
 }
 
@@ -174,10 +181,11 @@ function singleClient(url: string) {
 function clusterClient(urls: readonly string[]) {
   return createCluster({
     rootNodes: urls.map((url) => ({ socket: { host: nodeOf(url).host, port: nodeOf(url).port } })),
-    defaults: nodeDefaults(urls[0]!),
+    defaults: nodeDefaults(urls[0]!, CLUSTER_RECONNECT_MAX_MS),
     scripts: SCRIPTS,
-    // Re-read the slots soon after a node stops answering: its replica may own them by then.
-    topologyRefreshOnReconnectionAttemptStrategy: RECONNECT_MAX_MS,
+    // Re-read the slots at each attempt to reach a node that stopped answering (at most every
+    // quarter second): its replica may own them by then.
+    topologyRefreshOnReconnectionAttemptStrategy: CLUSTER_RECONNECT_MAX_MS,
   });
 }
 
@@ -189,6 +197,10 @@ function sentinelClient(urls: readonly string[], name: string) {
     nodeClientOptions: defaults,
     sentinelClientOptions: defaults,
     scripts: SCRIPTS,
+    // While the primary is down, fail the call at once instead of re-reading the sentinels after a
+    // fixed 1 s pause (6.3's default retries 16 times, 1 s apart): the guard answers by policy and
+    // probes every 0.25 s, and the sentinels' `+switch-master` makes the client read them at once.
+    maxCommandRediscovers: 0,
   });
 }
 

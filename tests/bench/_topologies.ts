@@ -1,7 +1,10 @@
 /**
  * `deno task bench:stores --topology=single,cluster,sentinel`: the Redis store on each topology, in
  * `exact` and `local-first`, with two service processes sharing it (see `stores.ts`). Prints one
- * table row per topology and mode.
+ * table row per topology and mode. `cluster-no-replicas` is the cluster's 3 primaries alone, to
+ * tell the cost of replication apart. With `--rate=<requests/s>` the pair is offered that rate
+ * (wrk's `delay()` per connection) instead of saturating, so that p50 is a request's latency rather
+ * than a queue's.
  *
  * @module
  */
@@ -29,6 +32,8 @@ export interface TopologyBench {
   callers: number;
   policy: RateLimitPolicy;
   wrkScript: string;
+  /** The pair's offered requests per second; saturation when undefined. */
+  rate?: number | undefined;
 }
 
 interface Topology {
@@ -39,8 +44,8 @@ interface Topology {
 }
 
 async function startTopology(type: string): Promise<Topology> {
-  if (type === "cluster") {
-    const cluster = await startCluster();
+  if (type === "cluster" || type === "cluster-no-replicas") {
+    const cluster = await startCluster({ replicas: type === "cluster" ? 1 : 0 });
     return {
       env: { REDIS_TYPE: "cluster", REDIS_URL: cluster.urls.join(",") },
       dataPorts: () => Promise.resolve(cluster.urls.map((url) => Number(new URL(url).port))),
@@ -135,7 +140,15 @@ async function benchPair(bench: TopologyBench, topology: Topology, env: Record<s
   const script = await Deno.makeTempFile({ suffix: ".lua" });
   try {
     await Promise.all(services.map((s) => waitForPort(s.port, 20_000)));
-    await Deno.writeTextFile(script, bench.wrkScript);
+    // At a rate: each of a wrk's connections waits its share of the interval before each request.
+    const perConnectionMs = bench.rate === undefined
+      ? undefined
+      : Math.max(1, Math.round((bench.connections * 1000) / bench.rate));
+    await Deno.writeTextFile(
+      script,
+      bench.wrkScript +
+        (perConnectionMs === undefined ? "" : `delay = function() return ${perConnectionMs} end\n`),
+    );
     const wrk = (port: number, seconds: number) =>
       run([
         ..."taskset -c 1 wrk -t1".split(" "),
@@ -196,9 +209,10 @@ async function localFirstRoundTrips(
     await new Promise((resolve) => setTimeout(resolve, 1));
   }
   const trips = stores.reduce((sum, store) => sum + store.stats().roundTrips, 0);
+  const syncs = stores.reduce((sum, store) => sum + store.stats().syncs, 0);
   const failed = stores.reduce((sum, store) => sum + store.stats().failedSyncs, 0);
   await Promise.all(stores.map((store) => store.close()));
-  return { perRequest: trips / hits, failed };
+  return { perRequest: trips / hits, syncsPerRequest: syncs / hits, failed };
 }
 
 /** Runs every topology of `types` in both modes and prints the table. */
@@ -220,7 +234,7 @@ export async function benchTopologies(types: string[], bench: TopologyBench): Pr
             trips
               ? `${trips.perRequest.toFixed(4)}${trips.failed ? ` (${trips.failed} failed)` : ""}`
               : "1 (one script per decision)"
-          } |`,
+          } | ${trips ? trips.syncsPerRequest.toFixed(4) : "1"} |`,
         );
         console.log(rows.at(-1));
       }
@@ -231,11 +245,13 @@ export async function benchTopologies(types: string[], bench: TopologyBench): Pr
   console.log(
     `\ntwo service processes on CPU 0, a wrk each on CPU 1 (${
       bench.connections / 2
-    } connections), ${bench.duration} s, ${bench.callers} callers\n`,
+    } connections), ${bench.duration} s, ${bench.callers} callers, ${
+      bench.rate === undefined ? "saturation" : `${bench.rate} requests/s offered`
+    }\n`,
   );
   console.log(
-    "| type | mode | requests/s (sum) | p50 (worse) | p99 (worse) | non-2xx | script calls per request | round trips per request |",
+    "| type | mode | requests/s (sum) | p50 (worse) | p99 (worse) | non-2xx | script calls per request | round trips per request (one per primary) | waits per request (one per sync) |",
   );
-  console.log("|---|---|---:|---:|---:|---:|---:|---:|");
+  console.log("|---|---|---:|---:|---:|---:|---:|---:|---:|");
   for (const row of rows) console.log(row);
 }

@@ -19,7 +19,8 @@
  * requests per second summed, the worse p50 and p99, the script calls per request by the primaries'
  * `commandstats`, and for `local-first` the network round trips per request by the sync's own
  * counter (one per primary per sync: the slot groups of one primary are pipelined), measured by two
- * stores in this process over the same callers.
+ * stores in this process over the same callers. `--topology=cluster-no-replicas` runs the cluster's
+ * primaries alone; `--rate=2000` offers the pair that many requests per second instead of saturating.
  *
  * @module
  */
@@ -38,6 +39,7 @@ const { values } = parseArgs({
     duration: { type: "string", default: "8" },
     connections: { type: "string", default: "32" },
     topology: { type: "string" },
+    rate: { type: "string" },
   },
 });
 const DURATION = Number(values.duration);
@@ -186,6 +188,7 @@ if (values.topology !== undefined) {
     callers: CALLERS,
     policy: POLICY,
     wrkScript: WRK_SCRIPT,
+    rate: values.rate === undefined ? undefined : Number(values.rate),
   });
   Deno.exit(0);
 }

@@ -44,11 +44,11 @@ const SYNC_MS = 50;
 /** The failover target of the issue: the node timeout (or down-after) plus 2 s. */
 const RESUME_SLACK_MS = 2000;
 /**
- * What `@redis/client`'s Sentinel client adds: while the primary is down it re-reads the sentinels
- * in a loop with a fixed 1 s pause between attempts, so it sees a promotion up to about 2 s late
- * (measured here: promoted 2.2 s after the kill, limiting again 4.2 s after it).
+ * What Sentinel adds after the promotion: a sentinel reconnects to an instance at most once a second
+ * (its fixed ping period), so it lists the promoted replica as `disconnected` for up to 1 s after
+ * `+switch-master`, and `@redis/client` waits for a primary not flagged so.
  */
-const SENTINEL_CLIENT_LAG_MS = 2000;
+const SENTINEL_CLIENT_LAG_MS = 1000;
 
 interface Instance {
   handler: ReturnType<typeof createHandler>;

@@ -15,7 +15,7 @@ import {
 } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
-import { redisUnavailableReason, startRedis } from "../_redis.ts";
+import { redisUnavailableReason, startCluster, startRedis } from "../_redis.ts";
 
 const POLICY: RateLimitPolicy = { limit: 3, windowMs: 10_000 };
 const T0 = 1_700_000_000_000;
@@ -159,6 +159,23 @@ Deno.test({
     } finally {
       await store.close();
       await redis.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: `redis store keeps the store contract on a cluster (3 primaries)${
+    noRedis ? ` (ignored: ${noRedis})` : ""
+  }`,
+  ignore: noRedis !== undefined,
+  async fn(t) {
+    // Without replicas: the contract is about routing each caller's log to its slot, not failover.
+    await using cluster = await startCluster({ replicas: 0 });
+    const store = await openRedisStore({ type: "cluster", urls: cluster.urls }, POLICY);
+    try {
+      await runContract(t, store);
+    } finally {
+      await store.close();
     }
   },
 });
