@@ -230,6 +230,20 @@ Deno.test("main.ts --listen on a taken port says so in one line and exits 1", as
   }
 });
 
+Deno.test("main.ts --listen with REUSE_PORT=true but without --unstable-net says so in one line and exits 1", async () => {
+  const output = await runMain({
+    PORT: "0",
+    HOSTNAME: "127.0.0.1",
+    PUBLIC_BASE_URL: "http://127.0.0.1",
+    REUSE_PORT: "true",
+  });
+  assert.equal(output.code, 1, output.stderr);
+  assert.equal(
+    output.stderr,
+    "Cannot listen on 127.0.0.1:0: REUSE_PORT=true needs Deno's --unstable-net flag, so add it to the command (deno task start and the compiled binary pass it) or unset REUSE_PORT; nothing is served.\n",
+  );
+});
+
 Deno.test("under deno serve, SIGTERM still writes the access-log lines waiting in the buffer", async () => {
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = probe.addr.port;

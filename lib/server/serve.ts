@@ -155,6 +155,11 @@ function listenAtOf(addr: Deno.Addr): ListenAt {
  */
 function serveOptions(where: ListenAt, reusePort = false): Deno.ServeOptions<Deno.Addr> {
   const reuse = reusePort && "hostname" in where ? { reusePort: true } : {};
+  // Without the flag Deno prints its own line and exits 70; `Deno.listenDatagram` is defined only
+  // with it, so the start-up can say what to do instead, and exit 1.
+  if (reusePort && !("listenDatagram" in Deno)) {
+    throw new Deno.errors.NotSupported("REUSE_PORT=true needs Deno's --unstable-net flag");
+  }
   return { ...where, ...reuse, onListen: () => {} };
 }
 

@@ -45,6 +45,10 @@ export function explainListenError(error: unknown, target: ListenTarget): string
   } else if (error instanceof Deno.errors.PermissionDenied) {
     reason =
       `this user may not bind PORT ${target.port}, so set PORT to 1024 or above or grant the capability CAP_NET_BIND_SERVICE`;
+  } else if (error instanceof Deno.errors.NotSupported) {
+    reason = `${
+      messageOf(error)
+    }, so add it to the command (deno task start and the compiled binary pass it) or unset REUSE_PORT`;
   } else {
     reason = `${messageOf(error)}, so check HOSTNAME and PORT`;
   }
