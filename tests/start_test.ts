@@ -174,6 +174,14 @@ function denoForNobody(): string {
   return dir;
 }
 
+/** `setpriv`'s arguments that run a command as `nobody`, with no supplementary groups. */
+const AS_NOBODY = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
+
+/** The environment `nobody` starts with: `bin`'s deno first, no home, `denoDir` as its cache. */
+function nobodyEnv(bin: string, denoDir: string): Record<string, string> {
+  return { PATH: `${bin}:/usr/bin:/bin`, HOME: "/nonexistent", DENO_DIR: denoDir, NO_COLOR: "1" };
+}
+
 Deno.test({
   name: `deno task start serves as a user who may only read the checkout${
     cannotSwitch ? ` (ignored: ${cannotSwitch})` : ""
@@ -185,13 +193,8 @@ Deno.test({
     // The service account's own cache, as an operator gives it one (the checkout is not its).
     const denoDir = Deno.makeTempDirSync({ prefix: "discovery-nobody-" });
     new Deno.Command("chown", { args: ["nobody:nogroup", denoDir] }).outputSync();
-    const asNobody = [setpriv!, "--reuid=nobody", "--regid=nogroup", "--clear-groups", "deno"];
-    const env = {
-      PATH: `${bin}:/usr/bin:/bin`,
-      HOME: "/nonexistent",
-      DENO_DIR: denoDir,
-      NO_COLOR: "1",
-    };
+    const asNobody = [setpriv!, ...AS_NOBODY, "deno"];
+    const env = nobodyEnv(bin, denoDir);
 
     // No bundle, and nobody may write one: the sources, with one warning line naming the fix.
     const fromSources = await startTask([...asNobody, "task", "start"], checkout, env);
@@ -246,16 +249,9 @@ Deno.test({
     const denoDir = Deno.makeTempDirSync({ prefix: "discovery-empty-" });
     Deno.chmodSync(denoDir, 0o755);
     const child = new Deno.Command(setpriv!, {
-      args: ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "deno", "task", "start"],
+      args: [...AS_NOBODY, "deno", "task", "start"],
       cwd: checkout,
-      env: {
-        PATH: `${bin}:/usr/bin:/bin`,
-        HOME: "/nonexistent",
-        DENO_DIR: denoDir,
-        NO_COLOR: "1",
-        PORT: "0",
-        HOSTNAME: "127.0.0.1",
-      },
+      env: { ...nobodyEnv(bin, denoDir), PORT: "0", HOSTNAME: "127.0.0.1" },
       stdin: "null",
       stdout: "null",
       stderr: "piped",
