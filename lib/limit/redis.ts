@@ -6,11 +6,12 @@
  * trip (`EVALSHA`, falling back to `EVAL` once when the server does not know the script yet). Every
  * admission resets the key's expiry to the window, so idle callers vanish on their own.
  *
- * Which clock decides: the service's. The request's time is passed to the script rather than read
- * with Redis `TIME`, so that every store (memory, Deno KV, which has no server clock, and Redis) has
- * the same semantics, the headers are computed against the clock that stamped the log, and tests can
- * inject a clock. The cost: instances must keep their clocks in sync (NTP); an instance whose clock
- * is `d` ms off sees the window `d` ms shorter or longer for requests counted by the others.
+ * Which clock decides: the server's. Both scripts read Redis `TIME`, so every decision on a caller's
+ * log is taken by the clock of the primary holding it, whatever the instances' clocks say, at no
+ * extra round trip; they return the server's now, against which the headers are computed (the same
+ * clock as the log's scores, so they count down consistently). The instance's own time is used only
+ * to measure how far its clock is from the server's (`onServerTime`, for the warning and the metric
+ * of `store_clock.ts`).
  *
  * @module
  */
@@ -31,6 +32,17 @@ export interface RedisStoreOptions {
   prefix?: string;
   /** Close the client with the store (default false: whoever connected it closes it). */
   ownsClient?: boolean;
+  /**
+   * Receives the server's now (ms) of each reply with the monotonic times (`performance.now()`) the
+   * call was sent and answered: a sample of the offset between the clocks at no extra round trip.
+   */
+  onServerTime?: (serverMs: number, sentMono: number, receivedMono: number) => void;
+  /**
+   * Decide by the `now` passed to `hit` and `peek` instead of the server's clock: only for tests that
+   * inject a clock (a Redis under libfaketime does not start: jemalloc and libfaketime clash). Default
+   * false.
+   */
+  callerClock?: boolean;
 }
 
 /** Counters of a {@linkcode RedisStore}, for tests, operators and the benchmark. */
@@ -57,6 +69,8 @@ export class RedisStore implements RateLimitStore {
   readonly #policy: RateLimitPolicy;
   readonly #prefix: string;
   readonly #ownsClient: boolean;
+  readonly #onServerTime: RedisStoreOptions["onServerTime"];
+  readonly #callerClock: boolean;
   // Members must be unique per request: two requests in the same millisecond are two entries.
   readonly #instance = crypto.randomUUID().slice(0, 8);
   #sequence = 0;
@@ -68,36 +82,46 @@ export class RedisStore implements RateLimitStore {
     this.#policy = policy;
     this.#prefix = options.prefix ?? "rate_limit:";
     this.#ownsClient = options.ownsClient ?? false;
+    this.#onServerTime = options.onServerTime;
+    this.#callerClock = options.callerClock ?? false;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
   async hit(key: string, now: number): Promise<Decision> {
     this.#roundTrips++;
+    // `now` only makes the member unique with the sequence; the script stamps the server's time.
     const member = `${now}:${this.#instance}:${(this.#sequence++).toString(36)}`;
-    const [admitted, count, oldest] = parseReply(
+    const sent = performance.now();
+    const [admitted, count, oldest, serverNow] = parseReply(
       await this.#client.hit(
         logKey(this.#client.type, this.#prefix, key),
-        now,
+        this.#callerClock ? now : undefined,
         this.#policy,
         member,
       ),
+      4,
     );
-    // The script admits exactly when `decide` does (count < limit); `decide` shapes the answer. An
-    // admitted request may be older than the log's oldest when clocks differ a little.
-    const first = admitted && oldest !== undefined ? Math.min(oldest, now) : oldest;
-    return decide(count, first, now, this.#policy);
+    this.#onServerTime?.(serverNow, sent, performance.now());
+    // The script admits exactly when `decide` does (count < limit); `decide` shapes the answer, by
+    // the server's clock, which stamped every score of the log.
+    const first = admitted && oldest !== undefined ? Math.min(oldest, serverNow) : oldest;
+    return decide(count, first, serverNow, this.#policy);
   }
 
   /** {@inheritDoc RateLimitStore.peek} */
   async peek(key: string, now: number): Promise<Decision> {
     this.#roundTrips++;
-    const [, count, oldest] = parseReply(
+    const sent = performance.now();
+    const [, count, oldest, serverNow] = parseReply(
       await this.#client.peek(
         logKey(this.#client.type, this.#prefix, key),
-        now - this.#policy.windowMs,
+        this.#policy.windowMs,
+        this.#callerClock ? now : undefined,
       ),
+      3,
     );
-    return peekDecision(count, oldest, now, this.#policy);
+    this.#onServerTime?.(serverNow, sent, performance.now());
+    return peekDecision(count, oldest, serverNow, this.#policy);
   }
 
   /** The counters since the store was created. */
@@ -112,18 +136,27 @@ export class RedisStore implements RateLimitStore {
 }
 
 /**
- * Reads a script's reply: `{admitted, count, oldest}` from the hit script, `{count, oldest}` from the
- * peek script (the first flag is then absent and read as false). `oldest` is a score string, or ""
- * when the log is empty.
+ * Reads a script's reply: `{admitted, count, oldest, now}` from the hit script (`length` 4),
+ * `{count, oldest, now}` from the peek script (3; the flag is then read as false). `oldest` is a
+ * score string, or "" when the log is empty; `now` is the server's, in ms.
  */
 function parseReply(
   reply: unknown,
-): [admitted: boolean, count: number, oldest: number | undefined] {
-  if (!Array.isArray(reply) || (reply.length !== 2 && reply.length !== 3)) {
+  length: 3 | 4,
+): [admitted: boolean, count: number, oldest: number | undefined, now: number] {
+  if (!Array.isArray(reply) || reply.length !== length) {
     throw new TypeError(`unexpected reply from the rate-limit script: ${JSON.stringify(reply)}`);
   }
-  const [flag, count, oldest] = reply.length === 3 ? reply : [0, ...reply];
-  return [Number(flag) === 1, Number(count), oldest === "" ? undefined : Number(oldest)];
+  const [flag, count, oldest, now] = length === 4 ? reply : [0, ...reply];
+  if (!Number.isFinite(Number(now))) {
+    throw new TypeError(`unexpected reply from the rate-limit script: ${JSON.stringify(reply)}`);
+  }
+  return [
+    Number(flag) === 1,
+    Number(count),
+    oldest === "" ? undefined : Number(oldest),
+    Number(now),
+  ];
 }
 
 /**

@@ -104,10 +104,20 @@ export interface RedisStoreClient {
   readonly type: RedisType;
   /** Whether the client is connected (to at least the nodes it routed to last). */
   readonly isReady: boolean;
-  /** Runs the hit script on one caller's log. */
-  hit(key: string, now: number, policy: RateLimitPolicy, member: string): Promise<unknown>;
-  /** Runs the peek script on one caller's log. */
-  peek(key: string, cutoff: number): Promise<unknown>;
+  /**
+   * Runs the hit script on one caller's log, by the server's clock (by `now` where a test passes one:
+   * `RedisStore`'s `callerClock`).
+   */
+  hit(
+    key: string,
+    now: number | undefined,
+    policy: RateLimitPolicy,
+    member: string,
+  ): Promise<unknown>;
+  /** Runs the peek script on one caller's log, over the window ending at the server's now (or `now`). */
+  peek(key: string, windowMs: number, now?: number): Promise<unknown>;
+  /** Reads the clock of the primary serving `key`, in ms since the epoch. */
+  time(key: string): Promise<number>;
   /** Runs the sync script on `keys`, which a cluster needs in one hash slot. */
   sync(keys: string[], args: string[]): Promise<unknown>;
   /** The hash slot of `key` on a cluster; undefined elsewhere (every key on one primary). */
@@ -130,8 +140,14 @@ export interface RedisClientOptions {
 
 /** What every client of the three kinds offers that this module uses. */
 interface ScriptClient {
-  rateLimitHit(key: string, now: number, policy: RateLimitPolicy, member: string): Promise<unknown>;
-  rateLimitPeek(key: string, cutoff: number): Promise<unknown>;
+  rateLimitHit(
+    key: string,
+    now: number | undefined,
+    policy: RateLimitPolicy,
+    member: string,
+  ): Promise<unknown>;
+  rateLimitPeek(key: string, windowMs: number, now: number | undefined): Promise<unknown>;
+  rateLimitTime(key: string): Promise<unknown>;
   rateLimitSync(keys: string[], args: string[]): Promise<unknown>;
   readonly isReady: boolean;
   readonly isOpen: boolean;
@@ -260,12 +276,24 @@ class Connection implements RedisStoreClient {
     return this.#client.isReady;
   }
 
-  hit(key: string, now: number, policy: RateLimitPolicy, member: string): Promise<unknown> {
+  hit(
+    key: string,
+    now: number | undefined,
+    policy: RateLimitPolicy,
+    member: string,
+  ): Promise<unknown> {
     return this.#checked(() => this.#client.rateLimitHit(key, now, policy, member));
   }
 
-  peek(key: string, cutoff: number): Promise<unknown> {
-    return this.#checked(() => this.#client.rateLimitPeek(key, cutoff));
+  peek(key: string, windowMs: number, now?: number): Promise<unknown> {
+    return this.#checked(() => this.#client.rateLimitPeek(key, windowMs, now));
+  }
+
+  async time(key: string): Promise<number> {
+    const reply = await this.#checked(() => this.#client.rateLimitTime(key));
+    const ms = Number(reply);
+    if (!Number.isFinite(ms)) throw new TypeError(`unexpected reply from Redis TIME: ${reply}`);
+    return ms;
   }
 
   sync(keys: string[], args: string[]): Promise<unknown> {

@@ -14,26 +14,55 @@
 import { defineScript } from "@redis/client";
 import type { RateLimitPolicy } from "./decision.ts";
 
-/** KEYS[1] = log; ARGV = now, window ms, limit, member. Returns {admitted, count before, oldest}. */
-const HIT_SCRIPT = `
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
+/**
+ * Defines `now`: the server's clock in whole ms, unless ARGV[n] carries a time (a test's injected
+ * clock, `RedisStore`'s `callerClock`). `TIME` is allowed in a script that writes since Redis 5
+ * (effects replication: replicas and the AOF get the `ZADD` with its score, not the script), so every
+ * decision of a caller is taken by one clock: the server's.
+ */
+const NOW_OR_ARGV = (n: number) => `
+local now = tonumber(ARGV[${n}])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`;
+
+/**
+ * KEYS[1] = log; ARGV = window ms, limit, member[, now]. Decides by the server's clock (the
+ * instance's is not sent; only tests send a `now`). Returns {admitted, count before, oldest, now}.
+ */
+const HIT_SCRIPT = `${NOW_OR_ARGV(4)}
+local window = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ''
-if count < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[4])
+if count < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
   redis.call('PEXPIRE', KEYS[1], window + 1000)
-  return {1, count, oldest}
+  return {1, count, oldest, now}
 end
-return {0, count, oldest}
+return {0, count, oldest, now}
 `;
 
-/** KEYS[1] = log; ARGV = exclusive cutoff "(<now - window>". Returns {count, oldest}; writes nothing. */
-const PEEK_SCRIPT = `
-local count = redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf')
-local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2] or ''
-return {count, oldest}
+/**
+ * KEYS[1] = log; ARGV = window ms[, now]. Returns {count, oldest, now} of the window ending at the
+ * server's now (a test's `now` if sent); writes nothing.
+ */
+const PEEK_SCRIPT = `${NOW_OR_ARGV(2)}
+local cutoff = '(' .. (now - tonumber(ARGV[1]))
+local count = redis.call('ZCOUNT', KEYS[1], cutoff, '+inf')
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], cutoff, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2] or ''
+return {count, oldest, now}
+`;
+
+/**
+ * KEYS[1] = any key (a managed cluster refuses a script without one; the key picks the primary whose
+ * clock is read); returns the server's now in whole ms. The `local-first` clock's sample
+ * (`store_clock.ts`).
+ */
+const TIME_SCRIPT = `${NOW_OR_ARGV(1)}
+return now
 `;
 
 /**
@@ -81,9 +110,17 @@ export const SCRIPTS = {
   rateLimitHit: defineScript({
     NUMBER_OF_KEYS: 1,
     SCRIPT: HIT_SCRIPT,
-    parseCommand(parser, key: string, now: number, policy: RateLimitPolicy, member: string) {
+    // `now` is sent only when not undefined (a test's injected clock): the server's decides.
+    parseCommand(
+      parser,
+      key: string,
+      now: number | undefined,
+      policy: RateLimitPolicy,
+      member: string,
+    ) {
       parser.pushKey(key);
-      parser.push(String(now), String(policy.windowMs), String(policy.limit), member);
+      parser.push(String(policy.windowMs), String(policy.limit), member);
+      if (now !== undefined) parser.push(String(now));
     },
     transformReply: (reply: unknown) => reply,
   }),
@@ -91,9 +128,19 @@ export const SCRIPTS = {
     NUMBER_OF_KEYS: 1,
     SCRIPT: PEEK_SCRIPT,
     IS_READ_ONLY: true,
-    parseCommand(parser, key: string, cutoff: number) {
+    parseCommand(parser, key: string, windowMs: number, now: number | undefined) {
       parser.pushKey(key);
-      parser.push(`(${cutoff}`);
+      parser.push(String(windowMs));
+      if (now !== undefined) parser.push(String(now));
+    },
+    transformReply: (reply: unknown) => reply,
+  }),
+  rateLimitTime: defineScript({
+    NUMBER_OF_KEYS: 1,
+    SCRIPT: TIME_SCRIPT,
+    IS_READ_ONLY: true,
+    parseCommand(parser, key: string) {
+      parser.pushKey(key);
     },
     transformReply: (reply: unknown) => reply,
   }),
