@@ -64,6 +64,11 @@ export interface ObservableStore {
   answeredByPolicy?: (decision: Decision) => boolean;
   /** The failure policy's guard: the policy. */
   failurePolicy?: StoreFailurePolicy;
+  /**
+   * Shared stores: the store's clock (or, Deno KV, the others' stamps) minus this instance's, in ms;
+   * undefined before it was measured (`lib/limit/store_clock.ts`).
+   */
+  clockOffsetMs?: () => number | undefined;
 }
 
 /** Options of {@linkcode createTelemetry}. */
@@ -250,6 +255,17 @@ function observeStore(store: ObservableStore, meter: Meter, kind: RateLimitStore
       description: "Callers the memory store forgot because its cap was reached",
       unit: "{caller}",
     }).addCallback((result) => result.observe(stats().evicted ?? 0, attributes));
+  }
+  const offset = store.clockOffsetMs?.bind(store);
+  if (offset !== undefined) {
+    meter.createObservableGauge("ratelimit.clock.offset", {
+      description:
+        "The shared store's clock minus this instance's (Deno KV: how far another instance's stamps are ahead), positive when this instance is behind",
+      unit: "s",
+    }).addCallback((result) => {
+      const ms = offset();
+      if (ms !== undefined) result.observe(ms / 1000, attributes);
+    });
   }
   if (store.breakerState !== undefined) {
     const states: BreakerState[] = ["closed", "open", "half-open"];

@@ -1,0 +1,260 @@
+/**
+ * The store's clock (`lib/limit/store_clock.ts`): sampled as NTP does, filtered, jump-safe, and the
+ * warning of an offset; with the real stores: Redis exact decides by `TIME` whatever the instance's
+ * clock says, `local-first` stamps by the store's clock across a step of the wall clock, and Deno KV
+ * shows a clock ahead by its stamps.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import type { RateLimitPolicy } from "../../lib/limit/decision.ts";
+import { KvStore } from "../../lib/limit/kv.ts";
+import { LocalFirstStore, type SyncBackend, type SyncBatch } from "../../lib/limit/local_first.ts";
+import { openRedisStore } from "../../lib/limit/redis.ts";
+import { stampedBy, StoreClock } from "../../lib/limit/store_clock.ts";
+import { redisUnavailableReason, startRedis } from "../_redis.ts";
+
+const T0 = 1_700_000_000_000;
+const POLICY: RateLimitPolicy = { limit: 3, windowMs: 10_000 };
+
+/** Injected clocks: the instance's wall clock and a monotonic one, moved by hand. */
+function clocks() {
+  const c = { wall: T0, mono: 1000 };
+  return {
+    c,
+    wall: () => c.wall,
+    monotonic: () => c.mono,
+    /** Time passes: both clocks move. */
+    pass(ms: number) {
+      c.wall += ms;
+      c.mono += ms;
+    },
+    /** The wall clock is stepped (NTP, `date -s`, a VM resumed): the monotonic one is not. */
+    step(ms: number) {
+      c.wall += ms;
+    },
+  };
+}
+
+Deno.test("a sample reads the server's time at the round trip's midpoint, and the wall clock's steps do not move it", async () => {
+  const t = clocks();
+  const offsets: number[] = [];
+  // The server is 5 s ahead; the read takes 40 ms, answered 10 ms after the server read its clock.
+  const clock = new StoreClock({
+    wall: t.wall,
+    monotonic: t.monotonic,
+    autoSample: false,
+    onOffset: (ms) => offsets.push(ms),
+    read: () => {
+      t.pass(30);
+      const server = t.c.wall + 5000;
+      t.pass(10);
+      return Promise.resolve(server);
+    },
+  });
+  assert.equal(clock.now(), T0, "the wall clock until a first sample");
+  assert.equal(clock.offsetMs(), undefined);
+  await clock.sample();
+  // Read at +30 of a 40 ms round trip: taken as the midpoint (+20), an error of 10 ms <= rtt/2.
+  assert.equal(clock.now(), T0 + 40 + 5000 + 10);
+  assert.equal(clock.offsetMs(), 5010);
+  assert.deepEqual(offsets, [5010], "one warning");
+  await clock.sample();
+  assert.deepEqual(offsets, [5010], "still one warning for the same episode");
+
+  const before = clock.now();
+  t.step(30_000);
+  assert.equal(clock.now(), before, "a step forward of the wall clock moves nothing");
+  assert.equal(clock.offsetMs(), 5010 - 30_000, "but it is the offset now");
+  t.step(-60_000);
+  assert.equal(clock.now(), before, "nor a step back");
+  t.pass(1000);
+  assert.equal(clock.now(), before + 1000, "time passes by the monotonic clock");
+});
+
+Deno.test("the filter keeps the shortest round trip of the last samples, and drops slow ones", () => {
+  const t = clocks();
+  const clock = new StoreClock({ wall: t.wall, monotonic: t.monotonic, samples: 3 });
+  // base = server - midpoint: 100 with a 200 ms round trip, 10 with 20 ms, 50 with 100 ms.
+  clock.observe(1100 + 100, 1000, 1200);
+  assert.equal(clock.now() - t.c.mono, 100);
+  clock.observe(1310 + 10, 1300, 1320);
+  assert.equal(clock.now() - t.c.mono, 10, "the shorter round trip wins");
+  clock.observe(1450 + 50, 1400, 1500);
+  assert.equal(clock.now() - t.c.mono, 10, "and keeps winning while it is among the last 3");
+  clock.observe(1650 + 60, 1600, 1700);
+  clock.observe(1850 + 70, 1830, 1870);
+  assert.equal(clock.now() - t.c.mono, 70, "the 20 ms one aged out: the best of the last 3");
+  clock.observe(9_000_000, 2000, 3500);
+  assert.equal(clock.now() - t.c.mono, 70, "a 1.5 s round trip says too little: dropped");
+  clock.observe(Number.NaN, 4000, 4001);
+  assert.equal(clock.now() - t.c.mono, 70, "so is a reply that is no time");
+});
+
+Deno.test("the warning comes back only after the offset did", () => {
+  const t = clocks();
+  const offsets: number[] = [];
+  const clock = new StoreClock({
+    wall: t.wall,
+    monotonic: t.monotonic,
+    onOffset: (ms) => offsets.push(ms),
+  });
+  // A sample with no round trip at all, reading the server `offset` ms from the wall clock.
+  const at = (offset: number) => clock.observe(t.c.wall + offset, t.c.mono, t.c.mono);
+  at(900);
+  assert.deepEqual(offsets, [], "under a second: nothing");
+  at(-2500);
+  assert.deepEqual(offsets, [-2500]);
+  t.pass(10_000);
+  for (let i = 0; i < 4; i++) at(-2000);
+  assert.deepEqual(offsets, [-2500], "one line per episode");
+  for (let i = 0; i < 4; i++) at(100);
+  for (let i = 0; i < 4; i++) at(3000);
+  assert.deepEqual(offsets, [-2500, 3000], "a new episode after it came back");
+});
+
+/** A backend of one other instance that has counted `others` of every caller, and counts calls. */
+function backendOf(others: () => number[]): SyncBackend & { batches: SyncBatch[] } {
+  const backend = {
+    roundTrips: 0,
+    batches: [] as SyncBatch[],
+    sync(batch: SyncBatch) {
+      backend.roundTrips++;
+      backend.batches.push(batch);
+      return Promise.resolve(new Map([...batch.callers.keys()].map((key) => [key, others()])));
+    },
+    close() {},
+  };
+  return backend;
+}
+
+for (const stepMs of [30_000, -30_000]) {
+  Deno.test(`local-first across a step of ${stepMs / 1000} s of the wall clock: never more than the limit, refused no longer than the window`, async () => {
+    const t = clocks();
+    const server = 777_000; // the store's clock: far from the instance's, as it may be
+    const clock = new StoreClock({
+      wall: t.wall,
+      monotonic: t.monotonic,
+      autoSample: false,
+      read: () => Promise.resolve(t.c.mono + server),
+    });
+    await clock.sample();
+    const backend = backendOf(() => []);
+    const store = stampedBy(
+      new LocalFirstStore(backend, POLICY, {
+        syncMs: 50,
+        syncTimeoutMs: 1000,
+        autoSync: false,
+        clock: () => clock.now(),
+      }),
+      clock,
+    );
+    try {
+      // The handler passes the wall clock; the store is stamped by the store's clock instead.
+      const hit = () => store.hit("caller", t.c.wall);
+      for (let i = 0; i < POLICY.limit; i++) assert.equal(hit().allowed, true);
+      await store.sync();
+      assert.equal(backend.batches[0]!.callers.get("caller")!.fresh[0]![0], t.c.mono + server);
+      t.pass(2000);
+      t.step(stepMs);
+      // Every request until the window has passed is refused, whatever the wall clock says, and
+      // its reset counts down by the store's clock.
+      for (let elapsed = 2000; elapsed < POLICY.windowMs; elapsed += 1000) {
+        const decision = hit();
+        assert.equal(decision.allowed, false, `admitted ${elapsed} ms in`);
+        assert.equal(decision.resetSeconds, (POLICY.windowMs - elapsed) / 1000);
+        t.pass(1000);
+      }
+      // One window after the first hits: admitted again, not one step later.
+      assert.equal(hit().allowed, true, "admitted when the window has passed");
+    } finally {
+      await store.close();
+    }
+  });
+}
+
+Deno.test("local-first stamped by the wall clock, as before, lets a step forward admit twice the limit", () => {
+  // What the store's clock replaces: the same schedule, stamped by the wall clock the handler passes.
+  const t = clocks();
+  const store = new LocalFirstStore(backendOf(() => []), POLICY, {
+    syncMs: 50,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: t.wall,
+  });
+  let admitted = 0;
+  for (let i = 0; i < POLICY.limit; i++) admitted += store.hit("caller", t.c.wall).allowed ? 1 : 0;
+  t.pass(2000);
+  t.step(30_000);
+  for (let i = 0; i < POLICY.limit; i++) admitted += store.hit("caller", t.c.wall).allowed ? 1 : 0;
+  assert.equal(admitted, 2 * POLICY.limit);
+  void store.close();
+});
+
+Deno.test("Deno KV: a stamp another instance wrote in this one's future shows as the offset", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const offsets: number[] = [];
+  const t = clocks();
+  const clock = new StoreClock({
+    wall: t.wall,
+    monotonic: t.monotonic,
+    onOffset: (ms) => offsets.push(ms),
+  });
+  const ahead = new KvStore(kv, POLICY);
+  const here = new KvStore(kv, POLICY, { onStamp: (newest) => clock.observeStamp(newest) });
+  try {
+    // The other instance's clock is 30 s ahead of this one's.
+    await ahead.hit("caller", T0 + 30_000);
+    assert.equal(clock.offsetMs(), undefined, "nothing seen yet");
+    await here.hit("caller", T0);
+    assert.equal(clock.offsetMs(), 30_000);
+    assert.deepEqual(offsets, [30_000], "one warning");
+    await here.hit("caller", T0);
+    assert.deepEqual(offsets, [30_000]);
+    // Stamps within a second are the ordinary spread of clocks: nothing.
+    await ahead.hit("other", T0 + 800);
+    await here.hit("other", T0);
+    assert.equal(clock.offsetMs(), 30_000, "the lead seen is kept for a minute");
+    t.pass(61_000);
+    assert.equal(clock.offsetMs(), 0, "then forgotten");
+  } finally {
+    kv.close();
+  }
+});
+
+const noRedis = redisUnavailableReason();
+Deno.test({
+  name: `Redis exact decides by the server's clock, whatever the instance's says${
+    noRedis ? ` (ignored: ${noRedis})` : ""
+  }`,
+  ignore: noRedis !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    const samples: number[] = [];
+    const store = await openRedisStore(redis.url, POLICY, {
+      onServerTime: (server, sent, received) => {
+        assert.ok(received >= sent);
+        samples.push(server - Date.now());
+      },
+    });
+    try {
+      // One instance 30 s ahead, one 30 s behind: one log, one clock.
+      for (let i = 0; i < POLICY.limit; i++) {
+        const decision = await store.hit("caller", Date.now() + 30_000);
+        assert.equal(decision.allowed, true);
+        assert.equal(decision.resetSeconds, 10, "the window by the server's clock");
+      }
+      const refused = await store.hit("caller", Date.now() - 30_000);
+      assert.equal(refused.allowed, false);
+      assert.ok(refused.resetSeconds >= 9 && refused.resetSeconds <= 10, `${refused.resetSeconds}`);
+      const peeked = await store.peek("caller", Date.now() + 60_000);
+      assert.equal(peeked.allowed, false, "a peek by the server's clock too");
+      assert.equal(samples.length, POLICY.limit + 2, "every reply carries the server's time");
+      assert.ok(samples.every((ms) => Math.abs(ms) < 1000), `${samples}`);
+    } finally {
+      await store.close();
+      await redis.stop();
+    }
+  },
+});
