@@ -40,6 +40,11 @@ export interface KvStoreOptions {
   maxAttempts?: number;
   /** Close the database with the store (default false: whoever opened it closes it). */
   ownsKv?: boolean;
+  /**
+   * Receives the newest stamp of every log read: Deno KV has no clock of its own, so a stamp in this
+   * instance's future is how a clock ahead of it shows (`store_clock.ts`).
+   */
+  onStamp?: (newest: number) => void;
 }
 
 /** Counters of a {@linkcode KvStore}, for tests, operators and the benchmark. */
@@ -77,6 +82,7 @@ export class KvStore implements RateLimitStore {
   readonly #prefix: Deno.KvKey;
   readonly #maxAttempts: number;
   readonly #ownsKv: boolean;
+  readonly #onStamp: ((newest: number) => void) | undefined;
   readonly #lanes = new Map<string, Pending[]>();
   #roundTrips = 0;
   #conflicts = 0;
@@ -92,6 +98,7 @@ export class KvStore implements RateLimitStore {
     this.#prefix = options.prefix ?? ["rate_limit"];
     this.#maxAttempts = options.maxAttempts ?? 10;
     this.#ownsKv = options.ownsKv ?? false;
+    this.#onStamp = options.onStamp;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
@@ -148,6 +155,7 @@ export class KvStore implements RateLimitStore {
       const entry = await this.#kv.get<Uint8Array>(kvKey);
       this.#roundTrips++;
       let log = decodeLog(entry.value);
+      if (log.length > 0) this.#onStamp?.(log[log.length - 1]!);
       let admitted = false;
       const decisions = nows.map((now) => {
         log = live(log, now - windowMs);
