@@ -62,6 +62,11 @@ export interface OpenStoreOptions {
   wrapStore?: (store: RateLimitStore) => RateLimitStore;
   /** Wraps the backend of `local-first` (telemetry: every sync, timed); omitted means no wrapper. */
   wrapBackend?: (backend: SyncBackend) => SyncBackend;
+  /**
+   * Called once per episode when this instance's clock is more than a second from the shared store's
+   * (Deno KV: behind another instance's stamps), with the offset in ms (`store_clock.ts`).
+   */
+  onClockOffset?: (offsetMs: number) => void;
 }
 
 /**
@@ -99,25 +104,41 @@ export async function openRateLimitStore(
     });
   }
   if (config.rateLimitConsistency === "local-first") return await openLocalFirst(config, options);
+  // Redis decides by its own clock; this one only measures the offset, from the decisions' replies.
+  const { StoreClock, observedClock, CLOCK_INTERVAL_MS } = await import("./store_clock.ts");
+  const clock = new StoreClock(options.onClockOffset ? { onOffset: options.onClockOffset } : {});
   let store: RateLimitStore;
   if (config.rateLimitStore === "kv") {
     const { openKvStore } = await import("./kv.ts");
-    store = await openKvStore(policy, { path: config.kvPath });
+    store = await openKvStore(policy, {
+      path: config.kvPath,
+      onStamp: (newest) => clock.observeStamp(newest),
+    });
   } else {
     const { openRedisStore } = await import("./redis.ts");
+    let sampled = -Infinity;
     store = await openRedisStore(redisTargetOf(config), policy, {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
+      // One sample per interval is plenty: the rest of the replies cost nothing.
+      onServerTime: (serverMs, sent, received) => {
+        if (sent - sampled < CLOCK_INTERVAL_MS) return;
+        sampled = sent;
+        clock.observe(serverMs, sent, received);
+      },
     });
   }
   // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
   const { GuardedStore } = await import("./guard.ts");
-  return new GuardedStore(options.wrapStore?.(store) ?? store, {
-    policy,
-    ...(config.rateLimitStore === "redis" ? { probeIntervalMs: REDIS_PROBE_INTERVAL_MS } : {}),
-    timeoutMs: config.rateLimitStoreTimeoutMs,
-    onError: config.rateLimitOnStoreError,
-    ...(options.onIncident ? { onIncident: options.onIncident } : {}),
-  });
+  return observedClock(
+    new GuardedStore(options.wrapStore?.(store) ?? store, {
+      policy,
+      ...(config.rateLimitStore === "redis" ? { probeIntervalMs: REDIS_PROBE_INTERVAL_MS } : {}),
+      timeoutMs: config.rateLimitStoreTimeoutMs,
+      onError: config.rateLimitOnStoreError,
+      ...(options.onIncident ? { onIncident: options.onIncident } : {}),
+    }),
+    clock,
+  );
 }
 
 /** The `local-first` store over the configured backend. */
@@ -126,29 +147,73 @@ async function openLocalFirst(
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
+  const { StoreClock, observedClock, stampedBy } = await import("./store_clock.ts");
+  const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   let backend: SyncBackend;
+  let clock: InstanceType<typeof StoreClock>;
   if (config.rateLimitStore === "kv") {
     const { KvSyncBackend } = await import("./sync.ts");
     backend = new KvSyncBackend(await Deno.openKv(config.kvPath), policy.windowMs, {
       ownsKv: true,
     });
+    // Deno KV has no clock: the others' stamps in this instance's future are what can be seen.
+    clock = new StoreClock(onOffset);
+    backend = watchingStamps(backend, clock);
   } else {
-    const [{ RedisSyncBackend }, { openRedisStoreClient }] = await Promise.all([
+    const [{ RedisSyncBackend }, { openRedisStoreClient, logKey }] = await Promise.all([
       import("./sync.ts"),
       import("./redis_client.ts"),
     ]);
-    const client = await openRedisStoreClient(redisTargetOf(config), {
-      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
-    });
+    const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
+    const client = await openRedisStoreClient(redisTargetOf(config), { connectWaitMs });
     backend = new RedisSyncBackend(client, policy.windowMs, { ownsClient: true });
+    // Every instance reads the clock of the primary serving one key: one clock for all of them.
+    const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
+    clock = new StoreClock({ read: () => client.time(key), ...onOffset });
+    // The first sample before the first request, within the connection's wait; the wall clock
+    // stamps meanwhile if Redis is not there yet.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      clock.sample().catch(() => {}),
+      new Promise((resolve) => timer = setTimeout(resolve, connectWaitMs)),
+    ]);
+    clearTimeout(timer);
   }
   const { LocalFirstStore } = await import("./local_first.ts");
-  return new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
+  const store = new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
     syncMs: config.rateLimitSyncMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
     maxCallers: config.rateLimitMaxCallers,
+    clock: () => clock.now(),
     ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
   });
+  return config.rateLimitStore === "redis" ? stampedBy(store, clock) : observedClock(store, clock);
+}
+
+/** The caller whose key names the primary whose clock `local-first` reads (Redis). */
+const CLOCK_KEY = "clock";
+
+/** Passes every sync's reply through, showing the others' newest stamps to `clock`. */
+function watchingStamps(
+  backend: SyncBackend,
+  clock: { observeStamp(stamp: number): void },
+): SyncBackend {
+  return {
+    async sync(batch) {
+      const reply = await backend.sync(batch);
+      for (const stamps of reply.values()) {
+        let newest = -Infinity;
+        for (const t of stamps) if (t > newest) newest = t;
+        if (newest > -Infinity) clock.observeStamp(newest);
+      }
+      return reply;
+    },
+    get roundTrips() {
+      return backend.roundTrips;
+    },
+    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
+    close: () => backend.close(),
+  };
 }
 
 /** Where Redis is, from the settings (`REDIS_URL` is required by `loadConfig` with the Redis store). */
