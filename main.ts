@@ -164,6 +164,14 @@ const opened = await openRateLimitStore(config, {
     "rate-limit store unavailable: answering by the failure policy",
     "rate-limit store recovered: limiting resumed",
   ),
+  onClockOffset: (offsetMs) =>
+    event(
+      "warn",
+      `this instance's clock is ${Math.abs(offsetMs / 1000).toFixed(1)} s ${
+        offsetMs > 0 ? "behind" : "ahead of"
+      } the rate-limit store's: fix its time synchronisation (NTP); the limit is kept by the store's clock where it has one (lib/limit/README.md, "Which clock decides")`,
+      { offsetMs },
+    ),
   onSyncIncident: storeIncidentLogger(
     "rate-limit sync failing: each instance limits by its own log meanwhile",
     "rate-limit sync recovered: the instances' counts are reconciled",
