@@ -26,7 +26,16 @@ export interface StartOptions {
    * which prints info on stdout (main.ts, `event`).
    */
   stdoutEvents?: boolean;
+  /**
+   * Run under libfaketime with this offset (`FAKETIME`, such as `+30s`): the process's wall clock
+   * (Date.now) is that far from the machine's. Preloaded into the service itself, not through the
+   * `faketime` wrapper, which does not pass SIGTERM on.
+   */
+  faketime?: string;
 }
+
+/** Where Debian's libfaketime is (package `faketime`). */
+export const LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /** How long {@linkcode ServiceProcess.stop} waits for the exit before it kills and fails. */
 const STOP_WAIT_MS = 45_000;
@@ -83,6 +92,9 @@ export async function startService(
       PUBLIC_BASE_URL: "http://127.0.0.1",
       ACCESS_LOG: "false",
       NO_COLOR: "1",
+      ...(options.faketime === undefined
+        ? {}
+        : { LD_PRELOAD: LIBFAKETIME, FAKETIME: options.faketime }),
       ...env,
     },
     stdin: "null",
