@@ -169,7 +169,7 @@ const opened = await openRateLimitStore(config, {
       "warn",
       `this instance's clock is ${Math.abs(offsetMs / 1000).toFixed(1)} s ${
         offsetMs > 0 ? "behind" : "ahead of"
-      } the rate-limit store's: fix its time synchronisation (NTP); the limit is kept by the store's clock where it has one (lib/limit/README.md, "Which clock decides")`,
+      } the rate-limit store's (Deno KV: another instance's stamps): fix its time synchronisation (NTP); Redis keeps the limit by its own clock, Deno KV cannot (lib/limit/README.md, "Which clock decides")`,
       { offsetMs },
     ),
   onSyncIncident: storeIncidentLogger(
