@@ -8,9 +8,11 @@
  */
 
 import assert from "node:assert/strict";
+import { type Env, loadConfig, recordEnv } from "../../lib/config.ts";
 import type { RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { LocalFirstStore, type SyncBackend, type SyncBatch } from "../../lib/limit/local_first.ts";
+import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { stampedBy, StoreClock } from "../../lib/limit/store_clock.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
@@ -257,4 +259,39 @@ Deno.test({
       await redis.stop();
     }
   },
+});
+
+Deno.test("Deno KV local-first: the others' stamps a sync brings back in this instance's future warn once", async () => {
+  const dir = await Deno.makeTempDir();
+  const result = loadConfig(
+    recordEnv({
+      RATE_LIMIT_STORE: "kv",
+      KV_PATH: `${dir}/limit.sqlite3`,
+      RATE_LIMIT: "3",
+      RATE_LIMIT_CONSISTENCY: "local-first",
+      RATE_LIMIT_SYNC_MS: "10",
+    }) satisfies Env,
+  );
+  if (!result.ok) throw new Error(result.errors.join("; "));
+  const offsets: number[] = [];
+  const ahead = await openRateLimitStore(result.config) as LocalFirstStore;
+  const here = await openRateLimitStore(result.config, {
+    onClockOffset: (ms) => offsets.push(ms),
+  }) as LocalFirstStore & { clockOffsetMs(): number | undefined };
+  try {
+    // The other instance's clock is 30 s ahead: its hits are stamped so.
+    ahead.hit("caller", Date.now() + 30_000);
+    await ahead.sync();
+    here.hit("caller", Date.now());
+    await here.sync();
+    assert.equal(offsets.length, 1, `${offsets}`);
+    assert.ok(Math.abs(offsets[0]! - 30_000) < 1000, `${offsets}`);
+    assert.ok(Math.abs(here.clockOffsetMs()! - 30_000) < 1000, "exported as the offset");
+    await here.sync();
+    assert.equal(offsets.length, 1, "once per episode");
+  } finally {
+    await ahead.close();
+    await here.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
