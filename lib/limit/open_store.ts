@@ -147,7 +147,9 @@ async function openLocalFirst(
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
-  const { StoreClock, observedClock, stampedBy } = await import("./store_clock.ts");
+  const { StoreClock, observedClock, stampedBy, watchingStamps } = await import(
+    "./store_clock.ts"
+  );
   const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   let backend: SyncBackend;
   let clock: InstanceType<typeof StoreClock>;
@@ -170,14 +172,7 @@ async function openLocalFirst(
     // Every instance reads the clock of the primary serving one key: one clock for all of them.
     const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
     clock = new StoreClock({ read: () => client.time(key), ...onOffset });
-    // The first sample before the first request, within the connection's wait; the wall clock
-    // stamps meanwhile if Redis is not there yet.
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
-      clock.sample().catch(() => {}),
-      new Promise((resolve) => timer = setTimeout(resolve, connectWaitMs)),
-    ]);
-    clearTimeout(timer);
+    await clock.firstSample(connectWaitMs);
   }
   const { LocalFirstStore } = await import("./local_first.ts");
   const store = new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
@@ -192,29 +187,6 @@ async function openLocalFirst(
 
 /** The caller whose key names the primary whose clock `local-first` reads (Redis). */
 const CLOCK_KEY = "clock";
-
-/** Passes every sync's reply through, showing the others' newest stamps to `clock`. */
-function watchingStamps(
-  backend: SyncBackend,
-  clock: { observeStamp(stamp: number): void },
-): SyncBackend {
-  return {
-    async sync(batch) {
-      const reply = await backend.sync(batch);
-      for (const stamps of reply.values()) {
-        let newest = -Infinity;
-        for (const t of stamps) if (t > newest) newest = t;
-        if (newest > -Infinity) clock.observeStamp(newest);
-      }
-      return reply;
-    },
-    get roundTrips() {
-      return backend.roundTrips;
-    },
-    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
-    close: () => backend.close(),
-  };
-}
 
 /** Where Redis is, from the settings (`REDIS_URL` is required by `loadConfig` with the Redis store). */
 function redisTargetOf(config: StoreSettings) {

@@ -31,6 +31,7 @@
  */
 
 import type { Decision } from "./decision.ts";
+import type { SyncBackend } from "./local_first.ts";
 
 /** An offset above this, either way, is reported once per episode (ms). */
 export const WARN_OFFSET_MS = 1000;
@@ -162,6 +163,19 @@ export class StoreClock {
     this.#check();
   }
 
+  /**
+   * Takes a sample before the first request, waiting at most `waitMs`: the wall clock stamps
+   * meanwhile if the store is not there yet (a failed read is left to the store's incident).
+   */
+  async firstSample(waitMs: number): Promise<void> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      this.sample().catch(() => {}),
+      new Promise((resolve) => timer = setTimeout(resolve, waitMs)),
+    ]);
+    clearTimeout(timer);
+  }
+
   /** Stops sampling. */
   close(): void {
     this.#closed = true;
@@ -256,4 +270,27 @@ class Stamped implements StampableStore {
     this.#clock.close();
     return this.#store.close();
   }
+}
+
+/**
+ * Passes every sync's reply through, showing the other instances' newest stamp of each caller to
+ * `clock` (Deno KV `local-first`: a stamp in this instance's future is a clock ahead of it).
+ */
+export function watchingStamps(backend: SyncBackend, clock: StoreClock): SyncBackend {
+  return {
+    async sync(batch) {
+      const reply = await backend.sync(batch);
+      for (const stamps of reply.values()) {
+        let newest = -Infinity;
+        for (const t of stamps) if (t > newest) newest = t;
+        if (newest > -Infinity) clock.observeStamp(newest);
+      }
+      return reply;
+    },
+    get roundTrips() {
+      return backend.roundTrips;
+    },
+    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
+    close: () => backend.close(),
+  };
 }
