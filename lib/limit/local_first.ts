@@ -157,6 +157,8 @@ interface Caller {
   resend: boolean;
   /** The waiting requests had one answer showing the others' hits: they wait for a second. */
   confirming: boolean;
+  /** When that second answer is due (the sync clock). */
+  confirmAt: number;
 }
 
 interface Waiter {
@@ -249,7 +251,7 @@ export function overshootBound(input: OvershootInput): number {
  * import assert from "node:assert/strict";
  * import type { SyncBatch } from "./local_first.ts";
  * // A shared store where the other instances have counted 58 hits of every caller.
- * const others = Array.from({ length: 58 }, (_, i) => i);
+ * const others = Array.from({ length: 58 }, () => Date.now());
  * const backend = {
  *   roundTrips: 0,
  *   sync(batch: SyncBatch) {
@@ -259,19 +261,17 @@ export function overshootBound(input: OvershootInput): number {
  *   close() {},
  * };
  * const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
- *   syncMs: 50,
+ *   syncMs: 10,
  *   syncTimeoutMs: 1000,
- *   autoSync: false,
- *   clock: () => 100,
  * });
  * // A caller new here waits for the store's answer; it holds the others' hits (the caller was
- * // served elsewhere), so a second answer is read a sync period later: two round trips, once.
- * assert.equal((await store.hit("192.0.2.1", 100)).remaining, 1);
- * assert.equal(backend.roundTrips, 2);
+ * // served elsewhere), so a second answer is read a sync period later.
+ * assert.equal((await store.hit("192.0.2.1", Date.now())).remaining, 1);
  * // The next ones are answered at once from the local log and the others' 58.
- * assert.equal((store.hit("192.0.2.1", 100) as { allowed: boolean }).allowed, true);
- * assert.equal((store.hit("192.0.2.1", 100) as { allowed: boolean }).allowed, false);
- * assert.equal(backend.roundTrips, 2);
+ * const trips = backend.roundTrips;
+ * assert.equal((store.hit("192.0.2.1", Date.now()) as { allowed: boolean }).allowed, true);
+ * assert.equal((store.hit("192.0.2.1", Date.now()) as { allowed: boolean }).allowed, false);
+ * assert.equal(backend.roundTrips, trips);
  * await store.close();
  * ```
  */
@@ -401,14 +401,15 @@ export class LocalFirstStore implements RateLimitStore {
   async #close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
+    // Requests still waiting are decided now, so that what they admit is flushed too.
+    for (const [key, caller] of [...this.#wanted, ...this.#confirming]) {
+      this.#release(key, caller, false);
+    }
     const deadline = this.#clock() + this.#options.syncTimeoutMs;
     // The first round may only have waited for the sync in flight: go on while hits are left.
     for (let round = 0; round < 1000; round++) {
       await this.sync().catch(() => {});
       if (this.#dirty.size === 0 || !this.synced || this.#clock() > deadline) break;
-    }
-    for (const [key, caller] of [...this.#wanted, ...this.#confirming]) {
-      this.#release(key, caller, false);
     }
     await this.#backend.close();
   }
@@ -508,6 +509,7 @@ export class LocalFirstStore implements RateLimitStore {
         waiting: undefined,
         resend: false,
         confirming: false,
+        confirmAt: 0,
       };
       this.#callers.set(key, caller);
     }
@@ -536,14 +538,16 @@ export class LocalFirstStore implements RateLimitStore {
         this.#schedule(Math.max(0, this.#options.syncMs - (this.#clock() - started)));
       });
     }, delayMs);
-    // The loop must never keep a process (or a test) alive.
-    Deno.unrefTimer(this.#timer);
+    // The loop must never keep a process (or a test) alive, unless requests wait for it.
+    if (this.#confirming.size === 0) Deno.unrefTimer(this.#timer);
   }
 
   /** One round trip; resolves to what decides the requests that waited for it. */
   async #syncOnce(early: boolean): Promise<() => void> {
-    const now = this.#clock();
-    const { batch, carried } = this.#batch(now, early);
+    const { batch, carried } = this.#batch(this.#clock(), early);
+    // The answer is as of the oldest request waiting for it, so that none loses a timestamp of
+    // the others that was still in its window when it arrived.
+    const now = batch.now;
     const releaseAll = (fetched: boolean) => () => {
       for (const [key, caller] of carried) this.#release(key, caller, fetched);
     };
@@ -553,7 +557,7 @@ export class LocalFirstStore implements RateLimitStore {
     const sent = carried.map(([, caller]) => caller.fresh.length);
     // Requests waiting for this answer are decided without it once `waitMs` has passed.
     let timer: ReturnType<typeof setTimeout> | undefined;
-    if (carried.some(([, caller]) => caller.waiting !== undefined)) {
+    if (this.#waitMs < MAX_TIMER_MS && carried.some(([, caller]) => caller.waiting !== undefined)) {
       timer = setTimeout(() => {
         this.#slow = true;
         for (const [key, caller] of carried) this.#release(key, caller, false);
@@ -600,13 +604,11 @@ export class LocalFirstStore implements RateLimitStore {
    */
   #confirm(key: string, caller: Caller, delayMs: number): void {
     caller.confirming = true;
+    caller.confirmAt = this.#clock() + delayMs;
+    // Read again by the first sync of the loop once due (the loop runs every `syncMs`), which the
+    // requests waiting keep alive.
     this.#confirming.set(key, caller);
-    setTimeout(() => {
-      if (this.#confirming.get(key) !== caller) return;
-      this.#confirming.delete(key);
-      this.#wanted.set(key, caller);
-      void this.#start(true);
-    }, delayMs);
+    if (this.#timer !== undefined) Deno.refTimer(this.#timer);
   }
 
   /**
@@ -625,6 +627,11 @@ export class LocalFirstStore implements RateLimitStore {
       callers.set(key, this.#entry(caller, cutoff));
       carried.push([key, caller]);
     };
+    for (const [key, caller] of this.#confirming) {
+      if (caller.confirmAt > this.#clock()) continue;
+      this.#confirming.delete(key);
+      this.#wanted.set(key, caller);
+    }
     for (const [key, caller] of this.#wanted) {
       if (callers.size >= limit) break;
       this.#wanted.delete(key);
@@ -643,7 +650,9 @@ export class LocalFirstStore implements RateLimitStore {
       this.#dirty.set(key, caller);
     }
     // The syncs started at once for callers that wait carry them and the backlog, not the sweep.
-    if (early) return { batch: { now, instance: this.#instance, callers }, carried };
+    if (early) {
+      return { batch: { now: asOf(now, carried), instance: this.#instance, callers }, carried };
+    }
     let room = Math.min(limit - callers.size, MAX_QUIET_CALLERS);
     const kept: Array<[string, Caller]> = [];
     const refreshed: Array<[string, Caller]> = [];
@@ -664,7 +673,7 @@ export class LocalFirstStore implements RateLimitStore {
     // The swept go to the back, those refreshed now last: the next sweep starts with the others.
     for (const [key, caller] of kept) this.#callers.set(key, caller);
     for (const [key, caller] of refreshed) this.#callers.set(key, caller);
-    return { batch: { now, instance: this.#instance, callers }, carried };
+    return { batch: { now: asOf(now, carried), instance: this.#instance, callers }, carried };
   }
 
   #entry(caller: Caller, cutoff: number): SyncEntry {
@@ -727,7 +736,21 @@ export class SyncTimeoutError extends Error {
   }
 }
 
+/** The batch's time: `now`, or the oldest request carried that waits for the answer. */
+function asOf(now: number, carried: ReadonlyArray<readonly [string, Caller]>): number {
+  let oldest = now;
+  for (const [, caller] of carried) {
+    const first = caller.waiting?.[0]?.now;
+    if (first !== undefined && first < oldest) oldest = first;
+  }
+  return oldest;
+}
+
+/** The longest delay `setTimeout` keeps (a longer one fires at once); longer bounds are none. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function bounded<T>(result: Promise<T>, timeoutMs: number): Promise<T> {
+  if (timeoutMs >= MAX_TIMER_MS) return result;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new SyncTimeoutError(timeoutMs)), timeoutMs);
