@@ -1,6 +1,8 @@
 /**
- * The `local-first` consistency of a shared rate-limit store: the request path never waits for the
- * store.
+ * The `local-first` consistency of a shared rate-limit store: the request path does not wait for the
+ * store, except once per caller and process (a caller new to it waits for the store's answer, so
+ * that a restarted or replacing process starts from what the store holds; see
+ * {@linkcode LocalFirstStore}).
  *
  * Each instance decides from its own exact log of the caller plus the other instances' counted
  * timestamps of that caller, as the last sync brought them. Its admitted requests go to the store in
