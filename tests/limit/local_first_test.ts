@@ -19,7 +19,9 @@ import {
   LocalFirstStore,
   MAX_QUIET_CALLERS,
   MAX_SYNC_CALLERS,
+  MAX_WAITING_CALLERS,
   overshootBound,
+  SWEEP_PER_SYNC,
   type SyncBackend,
   type SyncBatch,
   type SyncIncident,
@@ -215,7 +217,13 @@ function activeSince(requests: Scenario["requests"], instance: number, t: number
 Deno.test("local-first admits at most limit + the requests the other processes took in the last D, in any window, across restarts", async () => {
   await fc.assert(
     fc.asyncProperty(scenarioArbitrary, async (scenario) => {
-      const { admitted, staleMs } = await simulate(scenario);
+      const { admitted, staleMs: steadyMs } = await simulate(scenario);
+      // A request that waited for the store (a caller's first at a process) is queued for the next
+      // sync only once decided: at most W = 2·max(syncMs, rtt) + 4·rtt after it arrived (the sync
+      // in flight, one answer, a second read due a sync period and a round trip later, picked up by
+      // the loop, and its answer). Its hit reaches the others within D + W.
+      const { syncMs, rttMs } = scenario;
+      const staleMs = steadyMs + 2 * Math.max(syncMs, rttMs) + 4 * rttMs;
       // Every process that served the caller counts as an instance: a restarted one is a new one.
       const processes = scenario.instances + (scenario.restarts?.length ?? 0);
       const cap = (processes - 1) * scenario.limit;
@@ -443,4 +451,52 @@ Deno.test("local-first sends every caller with new hits but refreshes at most MA
     for (const key of batch.callers.keys()) if (key.startsWith("q")) refreshed.add(key);
   }
   assert.equal(refreshed.size, quiet, "the quiet callers take turns: none is left out");
+});
+
+Deno.test("local-first keeps at most MAX_WAITING_CALLERS callers waiting for the store; past it a new caller is decided at once", async () => {
+  const backend = new BrokenBackend(); // hangs
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 50,
+    waitMs: 60_000,
+    autoSync: false,
+  });
+  const waiting = Array.from({ length: MAX_WAITING_CALLERS }, (_, i) => store.hit(`c${i}`, 1000));
+  assert.ok(waiting.every((d) => d instanceof Promise));
+  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
+  // One more new caller: decided from what the instance knows rather than queued without bound.
+  assert.equal(atOnce(store.hit("one-more", 1000)).allowed, true);
+  assert.equal(store.stats().unfetched, 1);
+  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
+  // Closing decides every waiting request (the store never answered) and counts them.
+  await store.close();
+  assert.ok((await Promise.all(waiting)).every((d) => d.allowed));
+  assert.equal(store.stats().waiting, 0);
+  assert.equal(store.stats().unfetched, 1 + MAX_WAITING_CALLERS);
+});
+
+Deno.test("local-first looks at most SWEEP_PER_SYNC tracked callers per sync: idle ones are forgotten a bounded number at a time", async () => {
+  let now = 1000;
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => now,
+    viewMaxAgeMs: Infinity,
+  });
+  const callers = 3 * SWEEP_PER_SYNC;
+  for (let i = 0; i < callers; i++) store.hit(`c${i}`, now);
+  // The backlog: every caller with an unsent hit, sent MAX_SYNC_CALLERS at a time.
+  assert.equal(store.backlog, callers);
+  for (let i = 0; i < callers / MAX_SYNC_CALLERS; i++) await store.sync();
+  assert.equal(store.backlog, 0);
+  now += 60_001; // a window later every caller is idle
+  const tracked = [store.stats().tracked];
+  for (let i = 0; i < 3; i++) {
+    await store.sync();
+    tracked.push(store.stats().tracked);
+  }
+  assert.deepEqual(tracked, [callers, 2 * SWEEP_PER_SYNC, SWEEP_PER_SYNC, 0]);
 });
