@@ -19,7 +19,9 @@ import {
   LocalFirstStore,
   MAX_QUIET_CALLERS,
   MAX_SYNC_CALLERS,
+  MAX_WAITING_CALLERS,
   overshootBound,
+  SWEEP_PER_SYNC,
   type SyncBackend,
   type SyncBatch,
   type SyncIncident,
@@ -102,6 +104,12 @@ interface Scenario {
   windowMs?: number;
   /** Requests of one caller: time and the instance it reaches. */
   requests: Array<{ t: number; instance: number }>;
+  /**
+   * When an instance's process is replaced (a restart, a one-port handover): the old store closes
+   * (flushing what it has not sent) and a new one, with a new id and an empty log, takes its
+   * requests from that time on.
+   */
+  restarts?: Array<{ t: number; instance: number }>;
 }
 
 interface Outcome {
@@ -116,19 +124,19 @@ async function simulate(scenario: Scenario): Promise<Outcome> {
   const windowMs = scenario.windowMs ?? WINDOW_MS;
   const policy: RateLimitPolicy = { limit: scenario.limit, windowMs };
   const backend = new SimulatedBackend(sim, scenario.rttMs, new Map(), windowMs);
-  const stores = Array.from(
-    { length: scenario.instances },
-    (_, i) =>
-      new LocalFirstStore(backend, policy, {
-        syncMs: scenario.syncMs,
-        syncTimeoutMs: 1e9,
-        clock: () => sim.now,
-        autoSync: false,
-        instance: `i${i}`,
-      }),
-  );
+  const open = (id: string) =>
+    new LocalFirstStore(backend, policy, {
+      syncMs: scenario.syncMs,
+      syncTimeoutMs: 1e9,
+      clock: () => sim.now,
+      autoSync: false,
+      instance: id,
+    });
+  const stores = Array.from({ length: scenario.instances }, (_, i) => open(`i${i}`));
+  const closed = new Set<LocalFirstStore>();
   // The real store's loop: one sync in flight, starts at least `syncMs` apart.
   const tick = (store: LocalFirstStore) => {
+    if (closed.has(store)) return;
     const started = sim.now;
     void store.sync().finally(() => {
       sim.at(sim.now + Math.max(0, scenario.syncMs - (sim.now - started)), () => tick(store));
@@ -137,14 +145,29 @@ async function simulate(scenario: Scenario): Promise<Outcome> {
   stores.forEach((store, i) =>
     sim.at((i * scenario.syncMs) / scenario.instances, () => tick(store))
   );
+  // Scheduled before the requests: a request at the time of a restart reaches the new process.
+  (scenario.restarts ?? []).forEach((restart, k) => {
+    sim.at(restart.t, () => {
+      const old = stores[restart.instance]!;
+      closed.add(old);
+      void old.close();
+      const replacement = open(`i${restart.instance}r${k}`);
+      stores[restart.instance] = replacement;
+      tick(replacement);
+    });
+  });
   const admitted: Outcome["admitted"] = [];
   for (const request of scenario.requests) {
     sim.at(request.t, () => {
-      if (stores[request.instance]!.hit("caller", sim.now).allowed) admitted.push(request);
+      // A caller new to the instance waits for the store's answer: decided when it comes back.
+      void Promise.resolve(stores[request.instance]!.hit("caller", sim.now)).then((decision) => {
+        if (decision.allowed) admitted.push(request);
+      });
     });
   }
   const end = Math.max(0, ...scenario.requests.map((r) => r.t)) + 1;
-  await sim.runUntil(end);
+  await sim.runUntil(end + 4 * scenario.rttMs + 2 * scenario.syncMs);
+  admitted.sort((a, b) => a.t - b.t);
   const staleMs = 2 * Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
   return { admitted, staleMs, roundTrips: backend.roundTrips };
 }
@@ -158,12 +181,22 @@ const scenarioArbitrary = fc.record({
     fc.record({ t: fc.integer({ min: 0, max: 3000 }), instance: fc.nat(3) }),
     { maxLength: 200 },
   ),
+  restarts: fc.array(
+    fc.record({ t: fc.integer({ min: 0, max: 3000 }), instance: fc.nat(3) }),
+    { maxLength: 3 },
+  ),
 }).map((s) => ({
   ...s,
   requests: s.requests
     .map((r) => ({ t: r.t, instance: r.instance % s.instances }))
     .sort((a, b) => a.t - b.t),
+  restarts: s.restarts.map((r) => ({ t: r.t, instance: r.instance % s.instances })),
 }));
+
+/** Which process of `instance` served a request at `t`: restarts so far (see `Scenario.restarts`). */
+function generation(scenario: Scenario, instance: number, t: number): number {
+  return (scenario.restarts ?? []).filter((r) => r.instance === instance && r.t <= t).length;
+}
 
 /**
  * When the caller's current stretch of activity at `instance` began: its first request there after
@@ -181,22 +214,30 @@ function activeSince(requests: Scenario["requests"], instance: number, t: number
   return since;
 }
 
-Deno.test("local-first admits at most limit + the requests the other instances took in the last D, in any window", async () => {
+Deno.test("local-first admits at most limit + the requests the other processes took in the last D, in any window, across restarts", async () => {
   await fc.assert(
     fc.asyncProperty(scenarioArbitrary, async (scenario) => {
-      const { admitted, staleMs } = await simulate(scenario);
-      const firstSyncMs = Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
-      const cap = (scenario.instances - 1) * scenario.limit;
+      const { admitted, staleMs: steadyMs } = await simulate(scenario);
+      // A request that waited for the store (a caller's first at a process) is queued for the next
+      // sync only once decided: at most W = 2·max(syncMs, rtt) + 4·rtt after it arrived (the sync
+      // in flight, one answer, a second read due a sync period and a round trip later, picked up by
+      // the loop, and its answer). Its hit reaches the others within D + W.
+      const { syncMs, rttMs } = scenario;
+      const staleMs = steadyMs + 2 * Math.max(syncMs, rttMs) + 4 * rttMs;
+      // Every process that served the caller counts as an instance: a restarted one is a new one.
+      const processes = scenario.instances + (scenario.restarts?.length ?? 0);
+      const cap = (processes - 1) * scenario.limit;
+      const processOf = (r: { t: number; instance: number }) =>
+        `${r.instance}:${generation(scenario, r.instance, r.t)}`;
       for (const last of admitted) {
         const inWindow = admitted.filter((a) => a.t > last.t - WINDOW_MS && a.t <= last.t).length;
-        // What the deciding instance could not have seen: the others' requests of the last D,
-        // once its first sync of this caller has come back; before that, all of them.
-        const synced = last.t - activeSince(scenario.requests, last.instance, last.t) >=
-          firstSyncMs;
+        // What the deciding process could not have seen: the other processes' requests of the
+        // last D. A caller new to it is decided once the store has answered, so this holds from
+        // its first request (a restarted process included), not only after its first sync.
         const unseen = scenario.requests.filter((r) =>
-          r.instance !== last.instance && r.t >= last.t - staleMs && r.t <= last.t
+          processOf(r) !== processOf(last) && r.t >= last.t - staleMs && r.t <= last.t
         ).length;
-        const bound = scenario.limit + (synced ? Math.min(unseen, cap) : cap);
+        const bound = scenario.limit + Math.min(unseen, cap);
         assert.ok(
           inWindow <= bound,
           `${inWindow} admitted in the window ending at ${last.t}, bound ${bound}`,
@@ -212,6 +253,7 @@ Deno.test("local-first on one instance decides exactly as the in-memory sliding 
     fc.asyncProperty(scenarioArbitrary, async (scenario) => {
       const single = {
         ...scenario,
+        restarts: [],
         instances: 1,
         requests: scenario.requests.map((r) => ({ ...r, instance: 0 })),
       };
@@ -273,19 +315,33 @@ class BrokenBackend implements SyncBackend {
   close(): void {}
 }
 
-Deno.test("local-first answers synchronously while the store hangs, and still limits by its own log", () => {
+/** A decision the store must have answered at once. */
+function atOnce(decision: Decision | Promise<Decision>): Decision {
+  assert.ok(!(decision instanceof Promise), "answered without waiting for the store");
+  return decision;
+}
+
+Deno.test("local-first waits at most waitMs for a hanging store, then answers synchronously and still limits by its own log", async () => {
   const backend = new BrokenBackend();
   const store = new LocalFirstStore(backend, { limit: 3, windowMs: 60_000 }, {
     syncMs: 10,
     syncTimeoutMs: 1000,
+    waitMs: 20,
     autoSync: false,
   });
-  void store.sync();
+  // A caller new here waits for the store's answer; the store hangs: decided locally after 20 ms.
+  const started = performance.now();
+  const first = store.hit("caller", 1000);
+  assert.ok(first instanceof Promise);
+  assert.equal((await first).remaining, 2);
+  assert.ok(performance.now() - started < 500, "released after waitMs, not the sync timeout");
+  assert.equal(store.stats().unfetched, 1);
   const decisions: Decision[] = [];
-  for (let i = 0; i < 4; i++) decisions.push(store.hit("caller", 1000 + i));
-  assert.ok(decisions.every((d) => !(d instanceof Promise)));
-  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, true, false]);
-  assert.deepEqual(decisions.map((d) => d.remaining), [2, 1, 0, 0]);
+  for (let i = 1; i < 4; i++) decisions.push(atOnce(store.hit("caller", 1000 + i)));
+  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false]);
+  assert.deepEqual(decisions.map((d) => d.remaining), [1, 0, 0]);
+  // A second new caller does not wait again while the store has not answered.
+  assert.equal(atOnce(store.hit("other", 1005)).allowed, true);
 });
 
 Deno.test("local-first sends the hits admitted during an outage with the first sync that succeeds, and reports the outage once", async () => {
@@ -314,12 +370,14 @@ Deno.test("local-first sends the hits admitted during an outage with the first s
   assert.equal(backend.received[0]!.callers.get("caller")!.fresh.length, 6);
   assert.equal(incidents.length, 2);
   assert.equal(incidents[0]!.kind, "unsynced");
-  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 501, failedSyncs: 2 });
+  // The outage began with the sync the first (new) caller's request started at once: as of that
+  // request, at 1000.
+  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 506, failedSyncs: 2 });
   // Acknowledged hits are not sent again.
   await store.sync();
   assert.equal(backend.received[1]!.callers.get("caller")!.fresh.length, 0);
   // Nobody was refused because of the outage.
-  assert.equal(store.hit("caller", now).remaining, 60 - 7);
+  assert.equal(atOnce(store.hit("caller", now)).remaining, 60 - 7);
 });
 
 Deno.test("local-first peek reports the local and the synced counts without counting", async () => {
@@ -334,18 +392,22 @@ Deno.test("local-first peek reports the local and the synced counts without coun
     syncTimeoutMs: 1000,
     autoSync: false,
     clock: () => 1000,
+    // Synced by hand: new callers do not wait (their first answer is tested elsewhere).
+    viewMaxAgeMs: Infinity,
   });
-  store.hit("caller", 1000);
+  atOnce(store.hit("caller", 1000));
   await store.sync();
   assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
-  assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
   assert.deepEqual(store.hit("caller", 1001), { allowed: true, remaining: 0, resetSeconds: 60 });
-  assert.equal(store.peek("caller", 1001).allowed, false);
+  assert.equal(atOnce(store.peek("caller", 1001)).allowed, false);
   // The others' timestamps leave the window here as they would in the store.
-  assert.deepEqual(store.peek("caller", 60_601).remaining, 2);
+  assert.deepEqual(atOnce(store.peek("caller", 60_601)).remaining, 2);
 });
 
-/** A store whose backend answers every sync, synced by hand, at a clock standing at 1000. */
+/**
+ * A store whose backend answers every sync, synced by hand, at a clock standing at 1000; new callers
+ * do not wait for the store (an unbounded view age), so that the batches are the test's own.
+ */
 function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
   const backend = new BrokenBackend();
   backend.mode = "answer";
@@ -354,6 +416,7 @@ function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
     syncTimeoutMs: 1000,
     autoSync: false,
     clock: () => 1000,
+    viewMaxAgeMs: Infinity,
   });
   return { backend, store };
 }
@@ -388,4 +451,52 @@ Deno.test("local-first sends every caller with new hits but refreshes at most MA
     for (const key of batch.callers.keys()) if (key.startsWith("q")) refreshed.add(key);
   }
   assert.equal(refreshed.size, quiet, "the quiet callers take turns: none is left out");
+});
+
+Deno.test("local-first keeps at most MAX_WAITING_CALLERS callers waiting for the store; past it a new caller is decided at once", async () => {
+  const backend = new BrokenBackend(); // hangs
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 50,
+    waitMs: 60_000,
+    autoSync: false,
+  });
+  const waiting = Array.from({ length: MAX_WAITING_CALLERS }, (_, i) => store.hit(`c${i}`, 1000));
+  assert.ok(waiting.every((d) => d instanceof Promise));
+  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
+  // One more new caller: decided from what the instance knows rather than queued without bound.
+  assert.equal(atOnce(store.hit("one-more", 1000)).allowed, true);
+  assert.equal(store.stats().unfetched, 1);
+  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
+  // Closing decides every waiting request (the store never answered) and counts them.
+  await store.close();
+  assert.ok((await Promise.all(waiting)).every((d) => d.allowed));
+  assert.equal(store.stats().waiting, 0);
+  assert.equal(store.stats().unfetched, 1 + MAX_WAITING_CALLERS);
+});
+
+Deno.test("local-first looks at most SWEEP_PER_SYNC tracked callers per sync: idle ones are forgotten a bounded number at a time", async () => {
+  let now = 1000;
+  const backend = new BrokenBackend();
+  backend.mode = "answer";
+  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
+    syncMs: 10,
+    syncTimeoutMs: 1000,
+    autoSync: false,
+    clock: () => now,
+    viewMaxAgeMs: Infinity,
+  });
+  const callers = 3 * SWEEP_PER_SYNC;
+  for (let i = 0; i < callers; i++) store.hit(`c${i}`, now);
+  // The backlog: every caller with an unsent hit, sent MAX_SYNC_CALLERS at a time.
+  assert.equal(store.backlog, callers);
+  for (let i = 0; i < callers / MAX_SYNC_CALLERS; i++) await store.sync();
+  assert.equal(store.backlog, 0);
+  now += 60_001; // a window later every caller is idle
+  const tracked = [store.stats().tracked];
+  for (let i = 0; i < 3; i++) {
+    await store.sync();
+    tracked.push(store.stats().tracked);
+  }
+  assert.deepEqual(tracked, [callers, 2 * SWEEP_PER_SYNC, SWEEP_PER_SYNC, 0]);
 });
