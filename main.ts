@@ -239,6 +239,24 @@ if (
 const listen = import.meta.main && !Deno.env.get("DENO_AUTO_SERVE") &&
   (Deno.args.includes("--listen") || onDeploy);
 
+// The memory store counts for this process alone: say so at start where the service can tell that
+// other processes or isolates share its callers' traffic (lib/server/shared_traffic.ts).
+if (config.rateLimitStore === "memory" && (onDeploy || (listen && config.reusePort) || !listen)) {
+  const shared = await import("./lib/server/shared_traffic.ts");
+  const warning = shared.sharedTrafficWarning({
+    store: config.rateLimitStore,
+    reusePort: listen && config.reusePort,
+    onDenoDeploy: onDeploy,
+  });
+  if (warning !== undefined) event("warn", warning);
+  // `deno serve` evaluates this module as the main module in every worker of --parallel.
+  if (import.meta.main && !listen) {
+    void shared.watchServeWorkers({
+      onSeveral: (workers) => event("warn", shared.parallelWorkersWarning(workers), { workers }),
+    });
+  }
+}
+
 if (!listen) {
   // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
   // unloads the module. Exiting at the signal would cut them short; the lines they log are written
