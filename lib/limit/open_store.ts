@@ -146,6 +146,8 @@ async function openLocalFirst(
   return new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
     syncMs: config.rateLimitSyncMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
+    // A caller new here waits for the store at most as long as an `exact` decision would.
+    waitMs: config.rateLimitStoreTimeoutMs,
     maxCallers: config.rateLimitMaxCallers,
     ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
   });

@@ -128,12 +128,13 @@ const EXPIRY_GRACE_MS = 1000;
  * const options = { syncMs: 50, syncTimeoutMs: 1000, autoSync: false, clock: () => 1000 };
  * const a = new LocalFirstStore(new KvSyncBackend(kv, policy.windowMs), policy, options);
  * const b = new LocalFirstStore(new KvSyncBackend(kv, policy.windowMs), policy, options);
- * assert.equal(b.hit("192.0.2.1", 1000).allowed, true);
- * assert.equal(a.hit("192.0.2.1", 1000).allowed, true);
+ * // A caller new to an instance waits for the store's answer once (here: nothing yet).
+ * assert.equal((await b.hit("192.0.2.1", 1000)).allowed, true);
+ * assert.equal((await a.hit("192.0.2.1", 1000)).allowed, true);
  * // a's sync writes its hit; b's writes its own and reads a's: the caller's limit of 2 is spent.
  * await a.sync();
  * await b.sync();
- * assert.equal(b.hit("192.0.2.1", 1000).allowed, false);
+ * assert.equal((await b.hit("192.0.2.1", 1000)).allowed, false);
  * await a.close();
  * await b.close();
  * kv.close();

@@ -140,11 +140,15 @@ async function simulate(scenario: Scenario): Promise<Outcome> {
   const admitted: Outcome["admitted"] = [];
   for (const request of scenario.requests) {
     sim.at(request.t, () => {
-      if (stores[request.instance]!.hit("caller", sim.now).allowed) admitted.push(request);
+      // A caller new to the instance waits for the store's answer: decided when it comes back.
+      void Promise.resolve(stores[request.instance]!.hit("caller", sim.now)).then((decision) => {
+        if (decision.allowed) admitted.push(request);
+      });
     });
   }
   const end = Math.max(0, ...scenario.requests.map((r) => r.t)) + 1;
-  await sim.runUntil(end);
+  await sim.runUntil(end + 4 * scenario.rttMs + 2 * scenario.syncMs);
+  admitted.sort((a, b) => a.t - b.t);
   const staleMs = 2 * Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
   return { admitted, staleMs, roundTrips: backend.roundTrips };
 }
@@ -273,19 +277,33 @@ class BrokenBackend implements SyncBackend {
   close(): void {}
 }
 
-Deno.test("local-first answers synchronously while the store hangs, and still limits by its own log", () => {
+/** A decision the store must have answered at once. */
+function atOnce(decision: Decision | Promise<Decision>): Decision {
+  assert.ok(!(decision instanceof Promise), "answered without waiting for the store");
+  return decision;
+}
+
+Deno.test("local-first waits at most waitMs for a hanging store, then answers synchronously and still limits by its own log", async () => {
   const backend = new BrokenBackend();
   const store = new LocalFirstStore(backend, { limit: 3, windowMs: 60_000 }, {
     syncMs: 10,
     syncTimeoutMs: 1000,
+    waitMs: 20,
     autoSync: false,
   });
-  void store.sync();
+  // A caller new here waits for the store's answer; the store hangs: decided locally after 20 ms.
+  const started = performance.now();
+  const first = store.hit("caller", 1000);
+  assert.ok(first instanceof Promise);
+  assert.equal((await first).remaining, 2);
+  assert.ok(performance.now() - started < 500, "released after waitMs, not the sync timeout");
+  assert.equal(store.stats().unfetched, 1);
   const decisions: Decision[] = [];
-  for (let i = 0; i < 4; i++) decisions.push(store.hit("caller", 1000 + i));
-  assert.ok(decisions.every((d) => !(d instanceof Promise)));
-  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, true, false]);
-  assert.deepEqual(decisions.map((d) => d.remaining), [2, 1, 0, 0]);
+  for (let i = 1; i < 4; i++) decisions.push(atOnce(store.hit("caller", 1000 + i)));
+  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false]);
+  assert.deepEqual(decisions.map((d) => d.remaining), [1, 0, 0]);
+  // A second new caller does not wait again while the store has not answered.
+  assert.equal(atOnce(store.hit("other", 1005)).allowed, true);
 });
 
 Deno.test("local-first sends the hits admitted during an outage with the first sync that succeeds, and reports the outage once", async () => {
@@ -314,12 +332,13 @@ Deno.test("local-first sends the hits admitted during an outage with the first s
   assert.equal(backend.received[0]!.callers.get("caller")!.fresh.length, 6);
   assert.equal(incidents.length, 2);
   assert.equal(incidents[0]!.kind, "unsynced");
-  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 501, failedSyncs: 2 });
+  // The outage began with the sync the first (new) caller's request started at once, at 1001.
+  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 505, failedSyncs: 2 });
   // Acknowledged hits are not sent again.
   await store.sync();
   assert.equal(backend.received[1]!.callers.get("caller")!.fresh.length, 0);
   // Nobody was refused because of the outage.
-  assert.equal(store.hit("caller", now).remaining, 60 - 7);
+  assert.equal(atOnce(store.hit("caller", now)).remaining, 60 - 7);
 });
 
 Deno.test("local-first peek reports the local and the synced counts without counting", async () => {
@@ -335,17 +354,19 @@ Deno.test("local-first peek reports the local and the synced counts without coun
     autoSync: false,
     clock: () => 1000,
   });
-  store.hit("caller", 1000);
-  await store.sync();
-  assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
+  // A caller new here: the hit waits for the store's answer (the others' 500 and 600).
+  assert.equal((await store.hit("caller", 1000)).remaining, 1);
   assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
   assert.deepEqual(store.hit("caller", 1001), { allowed: true, remaining: 0, resetSeconds: 60 });
-  assert.equal(store.peek("caller", 1001).allowed, false);
+  assert.equal(atOnce(store.peek("caller", 1001)).allowed, false);
   // The others' timestamps leave the window here as they would in the store.
-  assert.deepEqual(store.peek("caller", 60_601).remaining, 2);
+  assert.deepEqual((await store.peek("caller", 60_601)).remaining, 2);
 });
 
-/** A store whose backend answers every sync, synced by hand, at a clock standing at 1000. */
+/**
+ * A store whose backend answers every sync, synced by hand, at a clock standing at 1000; new callers
+ * do not wait for the store (an unbounded view age), so that the batches are the test's own.
+ */
 function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
   const backend = new BrokenBackend();
   backend.mode = "answer";
@@ -354,6 +375,7 @@ function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
     syncTimeoutMs: 1000,
     autoSync: false,
     clock: () => 1000,
+    viewMaxAgeMs: Infinity,
   });
   return { backend, store };
 }

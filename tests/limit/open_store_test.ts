@@ -115,7 +115,7 @@ Deno.test("openRateLimitStore builds a guarded KV store on KV_PATH", async () =>
   }
 });
 
-Deno.test("openRateLimitStore builds a local-first KV store that answers at once and syncs the instances", async () => {
+Deno.test("openRateLimitStore builds a local-first KV store that answers a known caller at once and syncs the instances", async () => {
   const dir = await Deno.makeTempDir();
   const env = {
     RATE_LIMIT_STORE: "kv",
@@ -129,11 +129,16 @@ Deno.test("openRateLimitStore builds a local-first KV store that answers at once
   try {
     assert.ok(first instanceof LocalFirstStore && second instanceof LocalFirstStore);
     const now = Date.now();
-    const decisions = [first.hit("a", now), first.hit("a", now)];
-    assert.ok(decisions.every((d) => !(d instanceof Promise)), "no decision waits for the store");
+    // A caller new to the instance waits for the store's answer once; later ones are answered at once.
+    assert.equal((await first.hit("a", now)).remaining, 2);
+    const decision = first.hit("a", now);
+    assert.ok(
+      !(decision instanceof Promise),
+      "a known caller's decision does not wait for the store",
+    );
     await first.sync();
-    second.hit("a", now); // the second instance starts syncing this caller
-    await second.sync();
+    // New to the second instance: it waits for the store, which holds the first one's two hits.
+    assert.equal((await second.hit("a", now)).remaining, 0);
     assert.equal((await second.hit("a", now)).allowed, false, "3 admitted across both: the limit");
   } finally {
     await first.close();
