@@ -247,6 +247,23 @@ if (
 const listen = import.meta.main && !Deno.env.get("DENO_AUTO_SERVE") &&
   (Deno.args.includes("--listen") || onDeploy);
 
+// The memory store counts for this process alone: say so at start where the service can tell that
+// other processes or isolates share its callers' traffic (lib/server/shared_traffic.ts), once it
+// listens (or, under `deno serve`, which evaluates this module as the main module in every worker of
+// --parallel, once the workers have found each other).
+const sharedTraffic =
+  config.rateLimitStore === "memory" && (onDeploy || (listen && config.reusePort) || !listen)
+    ? await import("./lib/server/shared_traffic.ts")
+    : undefined;
+/** Whether the shared-traffic warning, if any, was written (before the first "listening"). */
+let sharedTrafficSaid = false;
+if (sharedTraffic && import.meta.main && !listen) {
+  void sharedTraffic.watchServeWorkers({
+    onSeveral: (workers) =>
+      event("warn", sharedTraffic.parallelWorkersWarning(workers), { workers }),
+  });
+}
+
 if (!listen) {
   // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
   // unloads the module. Exiting at the signal would cut them short; the lines they log are written
@@ -305,6 +322,14 @@ globalThis.removeEventListener("unhandledrejection", onStartupRejection);
 function logServeEvent(serveEvent: ServeEvent): void {
   telemetry?.listenerEvent(serveEvent);
   if (serveEvent.kind === "listening") {
+    // Said once, just before the first "listening": a listener that could not start says only why.
+    const warning = sharedTraffic?.sharedTrafficWarning({
+      store: config.rateLimitStore,
+      reusePort: config.reusePort,
+      onDenoDeploy: onDeploy,
+    });
+    if (warning !== undefined && !sharedTrafficSaid) event("warn", warning);
+    sharedTrafficSaid = true;
     event("info", "listening", {
       address: addressOf(serveEvent.addr),
       baseUrl: config.baseUrl,

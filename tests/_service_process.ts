@@ -22,6 +22,11 @@ export interface StartOptions {
    */
   copy?: { root: string; config: string };
   /**
+   * The permission and unstable flags in place of the default ones (`--unstable-net --allow-net
+   * --allow-read --allow-write --allow-env`), such as those `deno task compile` bakes into the binary.
+   */
+  flags?: string[];
+  /**
    * Read events on stdout too: with OpenTelemetry on, the service's events go through `console`,
    * which prints info on stdout (main.ts, `event`).
    */
@@ -77,11 +82,13 @@ export async function startService(
       options.copy?.config ?? CONFIG,
       ...(options.copy === undefined ? [] : ["--no-lock"]),
       // As deno task start: REUSE_PORT needs it.
-      "--unstable-net",
-      "--allow-net",
-      "--allow-read",
-      "--allow-write",
-      "--allow-env",
+      ...(options.flags ?? [
+        "--unstable-net",
+        "--allow-net",
+        "--allow-read",
+        "--allow-write",
+        "--allow-env",
+      ]),
       ...(options.preload === undefined ? [] : ["--preload", options.preload]),
       options.copy === undefined ? MAIN : `${options.copy.root}/main.ts`,
       "--listen",

@@ -9,33 +9,28 @@
  */
 
 import assert from "node:assert/strict";
-import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./_redis.ts";
 import { type ServiceProcess, startService } from "./_service_process.ts";
 import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 import { findTool, toolUnavailableReason } from "./_tools.ts";
+import {
+  DEPLOY,
+  get,
+  NGINX_CONF,
+  noNginx,
+  serviceSettings,
+  startNginx,
+  TEST_TIMEOUT_S,
+  UNIT,
+} from "./_nginx.ts";
 
-const DEPLOY = join(import.meta.dirname!, "..", "deploy");
-const UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery@.service"));
 /** The instances the operator's guide runs: one per port, both named in nginx.conf. */
 const INSTANCES = ["8001", "8002"];
-const NGINX_CONF = Deno.readTextFileSync(join(DEPLOY, "nginx.conf"));
 const BINARY = "/usr/local/bin/discovery";
 
 /** The highest overall exposure `systemd-analyze security` may give the unit (0 best, 10 worst). */
 const MAX_EXPOSURE = 3.0;
-
-/** The unit's `[Service]` settings, each key with every value it is given. */
-function serviceSettings(unit: string): Map<string, string[]> {
-  const section = unit.split(/^\[Service\]$/m)[1]!.split(/^\[/m)[0]!;
-  const settings = new Map<string, string[]>();
-  for (const line of section.split("\n")) {
-    const match = /^([A-Za-z]+)=(.*)$/.exec(line.trim());
-    if (match) settings.set(match[1]!, [...settings.get(match[1]!) ?? [], match[2]!]);
-  }
-  return settings;
-}
 
 /** An instance of the unit with ExecStart pointing at a stub executable: verify needs the binary. */
 function unitWithStubBinary(): string {
@@ -118,70 +113,10 @@ Deno.test("deploy/discovery@.service restarts on failure, allows many descriptor
   assert.match(NGINX_CONF, /proxy_next_upstream_tries 2;/);
 });
 
-/** The test's timeouts, in place of the shipped ones (seconds), so that the test is quick. */
-const TEST_TIMEOUT_S = 1;
 /** The trickling client's pause between two bytes of its request head. */
 const TRICKLE_MS = 100;
 /** How late after its timeout nginx may cut a connection and still pass. */
 const CUT_MARGIN_MS = 2000;
-
-/**
- * The shipped nginx.conf with loopback ports, temporary paths and short timeouts; the instances'
- * ports replaced by `upstreamPorts` in order.
- */
-function testNginxConf(dir: string, port: number, upstreamPorts: [number, number]): string {
-  const substitutions: [RegExp, string][] = [
-    [/^user www-data;$/m, ""],
-    [/^worker_processes auto;$/m, "worker_processes 1;"],
-    [/^pid \/run\/nginx\.pid;$/m, `pid ${join(dir, "nginx.pid")};`],
-    [
-      /^error_log \/var\/log\/nginx\/error\.log warn;$/m,
-      `error_log ${join(dir, "error.log")} info;`,
-    ],
-    [/^ {8}listen 80;$/m, `        listen 127.0.0.1:${port};`],
-    [/^ {8}listen \[::\]:80;$/m, ""],
-    [/server 127\.0\.0\.1:8001 /, `server 127.0.0.1:${upstreamPorts[0]} `],
-    [/server 127\.0\.0\.1:8002 /, `server 127.0.0.1:${upstreamPorts[1]} `],
-    [/client_header_timeout 10s;/, `client_header_timeout ${TEST_TIMEOUT_S}s;`],
-    [/client_body_timeout 10s;/, `client_body_timeout ${TEST_TIMEOUT_S}s;`],
-    [/keepalive_timeout 15s;/, `keepalive_timeout ${TEST_TIMEOUT_S}s;`],
-    [/send_timeout 10s;/, `send_timeout ${TEST_TIMEOUT_S}s;`],
-  ];
-  let conf = NGINX_CONF;
-  for (const [pattern, replacement] of substitutions) {
-    // Every substitution must apply: the shipped file is what is tested.
-    assert.match(conf, pattern);
-    conf = conf.replace(pattern, replacement);
-  }
-  return conf;
-}
-
-/** A GET through nginx from the local address `from`. */
-function get(
-  port: number,
-  from: string,
-  headers: Record<string, string> = {},
-): Promise<{ status: number; remaining: string | undefined }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({
-      host: "127.0.0.1",
-      port,
-      path: "/api/v1/platform",
-      localAddress: from,
-      agent: false,
-      headers,
-    }, (response) => {
-      response.resume();
-      response.on("end", () =>
-        resolve({
-          status: response.statusCode!,
-          remaining: response.headers["ratelimit-remaining"] as string | undefined,
-        }));
-    });
-    req.on("error", reject);
-    req.end();
-  });
-}
 
 /** How long until the peer closes `conn`, reading (and dropping) whatever it sends. */
 async function msUntilClosed(conn: Deno.Conn, started: number): Promise<number> {
@@ -190,44 +125,6 @@ async function msUntilClosed(conn: Deno.Conn, started: number): Promise<number> 
     const read = await conn.read(buffer).catch(() => null);
     if (read === null) return Date.now() - started;
   }
-}
-
-const noNginx = toolUnavailableReason("nginx", "nginx-light");
-
-/** nginx run from the test configuration on a free loopback port, in front of `upstreams`. */
-async function startNginx(upstreams: [number, number]): Promise<{
-  port: number;
-  stop(): Promise<void>;
-}> {
-  const dir = Deno.makeTempDirSync();
-  Deno.chmodSync(dir, 0o755);
-  const port = freePort();
-  Deno.writeTextFileSync(join(dir, "nginx.conf"), testNginxConf(dir, port, upstreams));
-  const nginx = new Deno.Command(findTool("nginx")!, {
-    args: [
-      "-p",
-      dir,
-      "-c",
-      join(dir, "nginx.conf"),
-      "-e",
-      join(dir, "error.log"),
-      "-g",
-      "daemon off;",
-    ],
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const stderr = new Response(nginx.stderr).text();
-  const stop = async () => {
-    nginx.kill("SIGQUIT");
-    await nginx.status;
-    assert.doesNotMatch(await stderr, /\[emerg\]/);
-  };
-  await waitForPort(port, 5000).catch(async (error) => {
-    await stop();
-    throw error;
-  });
-  return { port, stop };
 }
 
 Deno.test({

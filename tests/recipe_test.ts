@@ -1,0 +1,153 @@
+/**
+ * The VM recipe as shipped enforces one limit per caller (issue 29): two service processes with the
+ * environment of deploy/discovery@.service (its `Environment=` lines, `%i` the instance's port, its
+ * `StateDirectory=` a temporary folder) and the flags `deno task compile` bakes into the binary,
+ * behind real nginx from deploy/nginx.conf, with `/etc/discovery/env` holding only
+ * `PUBLIC_BASE_URL`. One caller sending requests one after another is admitted the limit, no more
+ * than {@linkcode BOUND} over it; so is one that spent part of its window before a rolling restart
+ * of both instances (deploy/README.md's loop), and one that did before a one-port handover
+ * (`REUSE_PORT=true`, deploy/README.md, "One port").
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { get, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
+import { freePort } from "./_redis.ts";
+import { type ServiceProcess, startService } from "./_service_process.ts";
+
+const ROOT = join(import.meta.dirname!, "..");
+/** The limit with the unit's environment: the default, 60 per 60 s. */
+const LIMIT = 60;
+/**
+ * The most a caller may be admitted over the limit in one window (lib/limit/README.md, "Which store
+ * to pick": 10% of the default limit).
+ */
+const BOUND = 6;
+/** Where the unit's `StateDirectory=` is on a real machine. */
+const STATE_ROOT = "/var/lib";
+/** How long the rolling restart waits once an instance answers: longer than nginx's fail_timeout. */
+const ROLLING_PAUSE_MS = 1500;
+
+/** The operator's `/etc/discovery/env`: nothing but the public URL. */
+const OPERATOR_ENV = { PUBLIC_BASE_URL: "https://discovery.example.com" };
+
+/**
+ * The environment systemd gives instance `port` of the unit: its `Environment=` lines with `%i` the
+ * port, the state folder mapped to `stateDir`, then the operator's file.
+ */
+function unitEnvironment(port: number, stateDir: string): Record<string, string> {
+  const settings = serviceSettings(UNIT);
+  const stateName = settings.get("StateDirectory")?.[0];
+  const env: Record<string, string> = {};
+  for (const line of settings.get("Environment") ?? []) {
+    for (const pair of line.split(/\s+/)) {
+      const at = pair.indexOf("=");
+      const value = pair.slice(at + 1).replaceAll("%i", String(port));
+      env[pair.slice(0, at)] = stateName === undefined
+        ? value
+        : value.replaceAll(`${STATE_ROOT}/${stateName}`, stateDir);
+    }
+  }
+  return { ...env, ...OPERATOR_ENV };
+}
+
+/**
+ * The permission and unstable flags of deno.json's `compile` task (what the binary carries), the
+ * state folder mapped to `stateDir`; reading also this checkout, whose `static/` the binary embeds.
+ */
+function compileFlags(stateDir: string): string[] {
+  const task = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).tasks.compile as string;
+  const flags = task.split(/\s+/).filter((flag) => /^--(allow-|unstable-|v8-flags=)/.test(flag))
+    .map((flag) => flag.replaceAll(`${STATE_ROOT}/discovery`, stateDir));
+  return flags.map((flag) => flag.startsWith("--allow-read=") ? `${flag},${ROOT}` : flag);
+}
+
+/** Instance `port` of the unit, started as systemd would start it. */
+function startInstance(port: number, stateDir: string, extra: Record<string, string> = {}) {
+  return startService(
+    { ...unitEnvironment(port, stateDir), ACCESS_LOG: "false", ...extra },
+    30_000,
+    {
+      flags: compileFlags(stateDir),
+    },
+  );
+}
+
+/** How many of `count` requests sent one after another through `port` from `from` were admitted. */
+async function admitted(port: number, from: string, count: number): Promise<number> {
+  let ok = 0;
+  for (let i = 0; i < count; i++) {
+    const { status } = await get(port, from);
+    assert.ok(status === 200 || status === 429, `status ${status}`);
+    if (status === 200) ok++;
+  }
+  return ok;
+}
+
+Deno.test({
+  name:
+    `the VM recipe as shipped: one limit per caller across two instances, a rolling restart and a one-port handover${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn(t) {
+    const stateDir = Deno.makeTempDirSync();
+    const ports: [number, number] = [freePort(), freePort()];
+    const instances: ServiceProcess[] = [];
+    try {
+      for (const port of ports) instances.push(await startInstance(port, stateDir));
+      const nginx = await startNginx(ports);
+      try {
+        await t.step("100 requests one after another from one caller", async () => {
+          const count = await admitted(nginx.port, "127.0.0.2", 100);
+          assert.ok(count >= LIMIT && count <= LIMIT + BOUND, `admitted ${count} of 100`);
+        });
+
+        await t.step("40 requests, a rolling restart of both instances, 60 more", async () => {
+          const before = await admitted(nginx.port, "127.0.0.3", 40);
+          assert.equal(before, 40);
+          // deploy/README.md, "Rolling restart": stop one, start it, wait until it answers, pause.
+          for (const index of [0, 1]) {
+            instances[index]!.kill("SIGTERM");
+            assert.equal(await instances[index]!.exited, 0);
+            instances[index] = await startInstance(ports[index]!, stateDir);
+            const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
+            await direct.body?.cancel();
+            assert.equal(direct.status, 200);
+            await new Promise((resolve) => setTimeout(resolve, ROLLING_PAUSE_MS));
+          }
+          const after = await admitted(nginx.port, "127.0.0.3", 60);
+          assert.ok(before + after <= LIMIT + BOUND, `admitted ${before} + ${after} of 100`);
+        });
+      } finally {
+        await nginx.stop();
+      }
+    } finally {
+      for (const instance of instances) await instance.stop();
+    }
+
+    await t.step("40 requests, a one-port handover, 60 more", async () => {
+      // deploy/README.md, "One port": the operator's file adds PORT and REUSE_PORT=true; callers
+      // reach the instances directly, so the peer address is the caller.
+      const port = freePort();
+      const onePort = { PORT: String(port), REUSE_PORT: "true" };
+      const old = await startInstance(port, stateDir, onePort);
+      let fresh: ServiceProcess | undefined;
+      try {
+        const before = await admitted(port, "127.0.0.4", 40);
+        assert.equal(before, 40);
+        fresh = await startInstance(port, stateDir, onePort);
+        old.kill("SIGTERM");
+        assert.equal(await old.exited, 0);
+        const after = await admitted(port, "127.0.0.4", 60);
+        assert.ok(before + after <= LIMIT + BOUND, `admitted ${before} + ${after} of 100`);
+      } finally {
+        await old.stop();
+        await fresh?.stop();
+      }
+    });
+    Deno.removeSync(stateDir, { recursive: true });
+  },
+});
