@@ -33,7 +33,11 @@ export const STATUS = {
  */
 export function pathOf(url: string): string {
   const scheme = url.indexOf("://");
-  const start = url.indexOf("/", scheme === -1 ? 0 : scheme + 3);
+  return pathFrom(url, url.indexOf("/", scheme === -1 ? 0 : scheme + 3));
+}
+
+/** The path that starts at `start` of `url` (`/` when `start` is -1), up to its query or fragment. */
+function pathFrom(url: string, start: number): string {
   if (start === -1) return "/";
   let end = url.length;
   const query = url.indexOf("?", start);
@@ -41,6 +45,29 @@ export function pathOf(url: string): string {
   const hash = url.indexOf("#", start);
   if (hash !== -1 && hash < end) end = hash;
   return url.slice(start, end);
+}
+
+/**
+ * The path of the request target, whatever `Host` says. The runtime builds `Request.url` as the
+ * scheme, `://`, the `Host` value as sent and the target, so a `Host` of `evil.example/fake/path?`
+ * would make {@linkcode pathOf} read `/fake/path` for a request of `/api/v1/platform`: the target
+ * starts where the `Host` value ends. (Such a request is answered 400; its access-log line and
+ * span still name the path it asked for.)
+ *
+ * @param host the request's `Host` value (`null` when it has none)
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const host = "evil.example/fake/path?";
+ * assert.equal(requestPathOf(`http://${host}/api/v1/platform?q=1`, host), "/api/v1/platform");
+ * assert.equal(requestPathOf("http://localhost:8000/x?y", "localhost:8000"), "/x");
+ * ```
+ */
+export function requestPathOf(url: string, host: string | null): string {
+  const scheme = url.indexOf("://");
+  if (host === null || scheme === -1 || !url.startsWith(host, scheme + 3)) return pathOf(url);
+  const start = scheme + 3 + host.length;
+  return url[start] === "/" ? pathFrom(url, start) : pathOf(url);
 }
 
 /**
