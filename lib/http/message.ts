@@ -71,10 +71,24 @@ export function requestPathOf(url: string, host: string | null): string {
 }
 
 /**
+ * The longest `If-None-Match` value read (about twenty of the service's tags); a longer one is
+ * treated as absent (lib/README.md, "Compression and caching").
+ */
+export const MAX_IF_NONE_MATCH_LENGTH = 1024;
+
+/**
+ * The longest `Host` value accepted: a DNS name of 253 characters, `:` and a port. A longer one is
+ * not a valid host and is answered 400.
+ */
+export const MAX_HOST_LENGTH = 259;
+
+/**
  * Whether an `If-None-Match` value matches `etag`, by the weak comparison RFC 9110 section 13.1.2
  * requires (`W/` prefixes are ignored; `*` matches any current representation).
  */
 export function ifNoneMatchMatches(ifNoneMatch: string, etag: string): boolean {
+  // Over the bound, the field is treated as absent: the full representation, never a 304.
+  if (ifNoneMatch.length > MAX_IF_NONE_MATCH_LENGTH) return false;
   const value = ifNoneMatch.trim();
   if (value === "*") return true;
   const opaque = etag.startsWith("W/") ? etag.slice(2) : etag;
@@ -93,7 +107,7 @@ const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
  * with `/`, `?`, `#` or `@` in it would otherwise choose the path the handler sees.
  */
 export function isValidHost(host: string): boolean {
-  return HOST.test(host);
+  return host.length <= MAX_HOST_LENGTH && HOST.test(host);
 }
 
 /**

@@ -337,6 +337,38 @@ function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): st
   return NO_ADDRESS_KEY;
 }
 
+/**
+ * The most of a forwarded header read, from its right end: the entries a trusted proxy appends are
+ * at the right, and the walk from the right stops at the first one that is not a trusted proxy, so
+ * a longer value's left part (what a client wrote itself) is never needed. Its first entry, cut,
+ * is dropped.
+ */
+export const MAX_FORWARDED_LENGTH = 1024;
+
+/**
+ * The most entries of a forwarded header walked from the right: a chain of more trusted proxies
+ * than this ends the walk at the last one reached, as an unparseable entry does.
+ */
+export const MAX_FORWARDED_HOPS = 32;
+
+/**
+ * The right end of a forwarded header's value: the whole value up to
+ * {@linkcode MAX_FORWARDED_LENGTH} characters, else its last ones from the first whole entry.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(forwardedTail("192.0.2.1, 10.0.0.1"), "192.0.2.1, 10.0.0.1");
+ * assert.equal(forwardedTail("1".repeat(5000) + ", 192.0.2.7"), " 192.0.2.7");
+ * ```
+ */
+export function forwardedTail(value: string): string {
+  if (value.length <= MAX_FORWARDED_LENGTH) return value;
+  const tail = value.slice(value.length - MAX_FORWARDED_LENGTH);
+  const comma = tail.indexOf(",");
+  return comma === -1 ? "" : tail.slice(comma + 1);
+}
+
 /** What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. */
 class PeerFacts {
   constructor(readonly key: string, readonly trusted: boolean) {}
@@ -391,7 +423,7 @@ export function createCallerKey(
     if (xff) {
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
       // or not, and its key is itself.
-      const value = headers.get("x-forwarded-for");
+      const value = bounded(headers.get("x-forwarded-for"));
       if (value !== null && ipv4Value(value) !== undefined) return value;
       // Any other single entry: the walk ends at it too (its key), or at the proxy when it is not
       // an address; no need to parse the peer again.
@@ -415,11 +447,13 @@ function forwardedClient(
   peer: IpBytes | undefined,
   options: CallerOptions,
 ): IpBytes | undefined {
-  const value = headers.get(options.forwardedHeader);
-  if (value === null) return peer;
+  const whole = headers.get(options.forwardedHeader);
+  if (whole === null) return peer;
+  const value = forwardedTail(whole);
   const entries = options.forwardedHeader === "forwarded" ? forwardedFor(value) : value.split(",");
   let client = peer;
-  for (let i = entries.length - 1; i >= 0; i--) {
+  const last = Math.max(0, entries.length - MAX_FORWARDED_HOPS);
+  for (let i = entries.length - 1; i >= last; i--) {
     const parsed = parseHostPort(entries[i]!.trim());
     if (!parsed) return client;
     client = unmapIpv4(parsed);
@@ -442,6 +476,11 @@ function forwardedFor(value: string): string[] {
     out.push(found);
   }
   return out;
+}
+
+/** `value` when it is within {@linkcode MAX_FORWARDED_LENGTH}, else `null` (the slow path cuts it). */
+function bounded(value: string | null): string | null {
+  return value !== null && value.length > MAX_FORWARDED_LENGTH ? null : value;
 }
 
 /** Parses `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1` or `[2001:db8::1]:80`. */
