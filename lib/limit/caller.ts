@@ -162,11 +162,26 @@ function writeWords(bytes: IpBytes, words: number[], at: number, count: number):
   }
 }
 
-/** Unwraps an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) to IPv4; other addresses are returned as they are. */
+/**
+ * Unwraps an IPv6 address that carries an IPv4 one to that IPv4 address: IPv4-mapped
+ * (`::ffff:192.0.2.1`) and NAT64's well-known prefix (`64:ff9b::192.0.2.1`, RFC 6052: an IPv6-only
+ * client reaching an IPv4 service through a NAT64 gateway, so one IPv4 host whichever way it came).
+ * Other addresses are returned as they are.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(unmapIpv4(parseIp("64:ff9b::c000:207")!), parseIp("192.0.2.7"));
+ * assert.deepEqual(unmapIpv4(parseIp("::ffff:192.0.2.7")!), parseIp("192.0.2.7"));
+ * assert.equal(unmapIpv4(parseIp("2001:db8::1")!).length, 16);
+ * ```
+ */
 export function unmapIpv4(bytes: IpBytes): IpBytes {
   if (bytes.length !== 16) return bytes;
-  for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
-  if (bytes[10] !== 0xff || bytes[11] !== 0xff) return bytes;
+  const nat64 = bytes[0] === 0 && bytes[1] === 0x64 && bytes[2] === 0xff && bytes[3] === 0x9b;
+  for (let i = nat64 ? 4 : 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
+  const marker = nat64 ? 0 : 0xff;
+  if (bytes[10] !== marker || bytes[11] !== marker) return bytes;
   return bytes.slice(12);
 }
 
