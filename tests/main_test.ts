@@ -440,6 +440,24 @@ Deno.test("no start-up error prints a password, whatever variable holds it", asy
   }
 });
 
+Deno.test("deno task start:kv with KV_PATH unset refuses to start: it would grant write access to the checkout", async () => {
+  const env: Record<string, string> = { ...BASE, NO_COLOR: "1" };
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["task", "--quiet", "start:kv"],
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    // Without the refusal the service would start and listen: end it, and the test fails.
+    signal: AbortSignal.timeout(20_000),
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /^KV_PATH must be set to the database file/m);
+  assert.equal(output.stdout.length, 0);
+});
+
 Deno.test("deno task start:kv serves on the KV store with read and write granted to KV_PATH's folder only", async () => {
   const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
   assert.doesNotMatch(deno.tasks.start, /allow-write/);
