@@ -153,7 +153,6 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
 
   const handler: Handler = (request, info) => {
     const started = now();
-    // The target's path, not what a hostile Host makes of the URL (lib/README.md, "Host").
     const host = request.headers.get("host");
     const path = requestPathOf(request.url, host);
     let key = "";
@@ -176,7 +175,11 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   return withReady(handler, templates);
 }
 
-/** Whether `response` refused its request for its `Host` (the only 400 the service sends). */
+/**
+ * Whether `response` refused its request for its `Host` (the only 400 the service sends). The
+ * handler logs the target's path (`requestPathOf`), not what a hostile `Host` makes of the URL
+ * (lib/README.md, "Host").
+ */
 function badHost(host: string | null, response: Response): boolean {
   return response.status === 400 && host !== null && !isValidHost(host);
 }
