@@ -461,6 +461,8 @@ Deno.test("deno task start:kv with KV_PATH unset refuses to start: it would gran
 Deno.test("deno task start:kv serves on the KV store with read and write granted to KV_PATH's folder only", async () => {
   const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
   assert.doesNotMatch(deno.tasks.start, /allow-write/);
+  // The lock is not rewritten at start: a package that does not match it is an error, not a fetch.
+  assert.match(deno.tasks.start, /^deno run --frozen .*\$\(deno run --frozen /);
   assert.match(deno.tasks["start:kv"], /--allow-write=\$\(dirname "\$KV_PATH"\) /);
   const dir = Deno.makeTempDirSync();
   const process = new Deno.Command(Deno.execPath(), {
