@@ -438,8 +438,8 @@ export const MAX_DESCRIPTION_LENGTH = 1000;
  * Control characters (C0, DEL, C1), line and paragraph separators, and the bidirectional controls
  * that make text read other than it is stored (Trojan Source): none belongs in a one-line value.
  */
-// deno-lint-ignore no-control-regex -- control characters are what it finds
 const CONTROL_CHARACTERS =
+  // deno-lint-ignore no-control-regex -- control characters are what it finds
   /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
 
 /**

@@ -13,6 +13,7 @@
  *
  * @module
  */
+// deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
 import { startService } from "../_service_process.ts";
