@@ -13,7 +13,12 @@
 
 import { createAccessLog, writeAll } from "./lib/access_log.ts";
 import { createHandler } from "./lib/handler.ts";
-import { formatConfigErrors, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "./lib/config.ts";
+import {
+  formatConfigErrors,
+  loadConfig,
+  MIN_DEPRECATION_NOTICE_DAYS,
+  redactSecrets,
+} from "./lib/config.ts";
 import { loadContent } from "./lib/pages/content.ts";
 import type { DeployEnv } from "./lib/server/deno_deploy.ts";
 import { MIN_SYNC_TIMEOUT_MS, openRateLimitStore } from "./lib/limit/open_store.ts";
@@ -56,8 +61,10 @@ function event(
 
 function errorFields(error: unknown): Record<string, unknown> {
   return {
-    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-    stack: error instanceof Error ? error.stack : undefined,
+    error: redactSecrets(
+      error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    ),
+    stack: error instanceof Error && error.stack ? redactSecrets(error.stack) : undefined,
   };
 }
 
@@ -90,7 +97,8 @@ function storeIncidentLogger(
 async function fatalExplained(
   explain: (startup: typeof import("./lib/server/startup.ts")) => string,
 ): Promise<never> {
-  console.error(explain(await import("./lib/server/startup.ts")));
+  // A store's or the runtime's own message may quote KV_PATH or REDIS_URL whole.
+  console.error(redactSecrets(explain(await import("./lib/server/startup.ts"))));
   Deno.exit(1);
 }
 

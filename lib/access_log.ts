@@ -27,6 +27,8 @@ export interface AccessRecord {
   ms: number;
   /** The caller's address truncated to /24 (IPv4) or /48 (IPv6). */
   caller: string;
+  /** `"invalid"` when the request was refused (400) for its `Host`; absent otherwise. */
+  host?: "invalid";
 }
 
 /** Makes one request's record and hands it on: method, path, caller key, start time, status. */
@@ -36,6 +38,7 @@ export type AccessRecorder = (
   key: string,
   started: number,
   status: number,
+  badHost?: boolean,
 ) => void;
 
 /**
@@ -69,7 +72,7 @@ export function createAccessRecorder(
   // The caller is logged as the rate limit saw it (behind trusted proxies, the client, not the
   // proxy), truncated: keys are an IPv4 address or an IPv6 /64 written as "xxxx:...::/64".
   const truncated = memoize((key) => truncatedAddress((key ?? "").replace(/\/64$/, "")));
-  return (method, path, key, started, status) => {
+  return (method, path, key, started, status, badHost) => {
     if (started !== isoMs) {
       isoMs = started;
       iso = new Date(started).toISOString();
@@ -81,6 +84,7 @@ export function createAccessRecorder(
       status,
       ms: Math.round((now() - started) * 1000) / 1000,
       caller: key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncated(key),
+      ...(badHost ? { host: "invalid" as const } : {}),
     });
   };
 }
@@ -107,7 +111,9 @@ const ENCODER = new TextEncoder();
 export function formatAccessRecord(record: AccessRecord): string {
   return `{"time":"${record.time}","method":${JSON.stringify(record.method)},"path":${
     JSON.stringify(record.path)
-  },"status":${record.status},"ms":${record.ms},"caller":"${record.caller}"}\n`;
+  },"status":${record.status},"ms":${record.ms},"caller":"${record.caller}"${
+    record.host === undefined ? "" : `,"host":"${record.host}"`
+  }}\n`;
 }
 
 /**

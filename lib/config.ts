@@ -131,9 +131,8 @@ export function loadConfig(env: Env): ConfigResult {
   const { port, hostname, reusePort } = listenSettings(reader);
   const baseUrl = baseUrlOf(read("PUBLIC_BASE_URL"), port, errors);
   const supportEmail = read("SUPPORT_EMAIL") ?? "support@example.com";
-  if (!/^[^\s@<>()",;:]+@[^\s@<>()",;:]+\.[^\s@<>()",;:]+$/.test(supportEmail)) {
-    errors.push(`SUPPORT_EMAIL must be an email address, got ${JSON.stringify(supportEmail)}`);
-  }
+  const emailProblem = addressProblem("SUPPORT_EMAIL", supportEmail);
+  if (emailProblem !== undefined) errors.push(emailProblem);
   const limits = rateLimitSettings(reader);
   const proxies = proxySettings(reader);
   const removal = removalSettings(reader);
@@ -206,10 +205,19 @@ function productSettings(
   | "supportEmail"
 > {
   const link = (name: EnvName, fallback: string) => absoluteUri(read(name), fallback, name, errors);
+  const text = (name: EnvName, fallback: string, maxLength: number) => {
+    const value = read(name) ?? fallback;
+    const problem = oneLineTextProblem(name, value, maxLength);
+    if (problem !== undefined) errors.push(problem);
+    return value;
+  };
   return {
-    name: read("PRODUCT_NAME") ?? "Legal Intelligence Platform",
-    description: read("PRODUCT_DESCRIPTION") ??
+    name: text("PRODUCT_NAME", "Legal Intelligence Platform", MAX_NAME_LENGTH),
+    description: text(
+      "PRODUCT_DESCRIPTION",
       "Public directory of the legal intelligence platform's documentation, developer resources, OpenAPI description, agent instructions and support.",
+      MAX_DESCRIPTION_LENGTH,
+    ),
     documentationUrl: link("DOCUMENTATION_URL", `${baseUrl}/`),
     developerResourcesUrl: link("DEVELOPER_RESOURCES_URL", `${baseUrl}/developers`),
     openapiUrl: link("OPENAPI_URL", `${baseUrl}/openapi.json`),
@@ -417,7 +425,140 @@ function removalSettings({ read, errors }: Reader): Pick<Config, "deprecation" |
 export function formatConfigErrors(errors: readonly string[]): string {
   return `Configuration is invalid (${errors.length} problem${
     errors.length === 1 ? "" : "s"
-  }); nothing is served:\n${errors.map((e) => `  - ${e}`).join("\n")}`;
+  }); nothing is served:\n${errors.map((e) => `  - ${redactSecrets(e)}`).join("\n")}`;
+}
+
+/** The longest `PRODUCT_NAME`: a name, shown in every page's header and title. */
+export const MAX_NAME_LENGTH = 100;
+
+/** The longest `PRODUCT_DESCRIPTION`: a paragraph, shown on pages and in the Platform. */
+export const MAX_DESCRIPTION_LENGTH = 1000;
+
+/**
+ * Control characters (C0, DEL, C1), line and paragraph separators, and the bidirectional controls
+ * that make text read other than it is stored (Trojan Source): none belongs in a one-line value.
+ */
+const CONTROL_CHARACTERS =
+  // deno-lint-ignore no-control-regex -- control characters are what it finds
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+
+/**
+ * Why `value` is not a one-line text the service may show (in HTML, Markdown, JSON and llms.txt,
+ * escaped for each), or `undefined`: it may hold no control character or new line and at most
+ * `maxLength` characters. Every free-text variable goes through it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(oneLineTextProblem("PRODUCT_NAME", "Acme [Legal]", 100), undefined);
+ * assert.match(oneLineTextProblem("PRODUCT_NAME", "Acme\n# Injected", 100)!, /one line/);
+ * ```
+ */
+export function oneLineTextProblem(
+  name: string,
+  value: string,
+  maxLength: number,
+): string | undefined {
+  if (CONTROL_CHARACTERS.test(value)) {
+    return `${name} must be one line of text without control characters (new lines, tabs, escapes, bidirectional controls): remove them from ${
+      JSON.stringify(value)
+    }`;
+  }
+  if (value.length > maxLength) {
+    return `${name} must be at most ${maxLength} characters, got ${value.length}: shorten it`;
+  }
+  return undefined;
+}
+
+/** An http(s) URL's host: a DNS name, an IPv4 address or a bracketed IPv6 address. */
+function hostProblem(url: URL): boolean {
+  const host = url.hostname;
+  if (host.startsWith("[")) return parseIp(host.slice(1, -1)) === undefined;
+  return parseIp(host) === undefined && !HOST_NAME.test(host);
+}
+
+/**
+ * The characters a link may hold once parsed: RFC 3986's unreserved and reserved ones but the
+ * quote, parentheses and brackets (which end or open a Markdown link, or a shell word) and `%` as an
+ * escape. A link that needs any other character percent-encodes it.
+ */
+const LINK_CHARACTERS = /^[A-Za-z0-9\-._~:/?#@!$&*+,;=%]*$/;
+
+/**
+ * Why `raw` is not a link the service may publish, or `undefined`: an absolute `http`, `https` or
+ * `mailto` URI without control characters, whose host is a DNS name or an IP address, of
+ * {@linkcode LINK_CHARACTERS} only (an IPv6 host's brackets aside), a `mailto:` naming one valid
+ * address. Every link variable goes through it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(linkProblem("SUPPORT_URL", "https://example.com/help?a=1"), undefined);
+ * assert.match(linkProblem("SUPPORT_URL", 'mailto:"><script>')!, /SUPPORT_URL/);
+ * assert.match(linkProblem("DOCUMENTATION_URL", "javascript:alert(1)")!, /http, https or mailto/);
+ * ```
+ */
+export function linkProblem(name: string, raw: string): string | undefined {
+  const shown = JSON.stringify(redacted(raw));
+  if (CONTROL_CHARACTERS.test(raw)) {
+    return `${name} must be one line without control characters, got ${shown}`;
+  }
+  const url = URL.parse(raw);
+  if (url === null) return `${name} must be an absolute URI, got ${shown}`;
+  if (!["http:", "https:", "mailto:"].includes(url.protocol)) {
+    return `${name} must be an http, https or mailto URI, got ${shown}`;
+  }
+  if (url.protocol === "mailto:") {
+    const address = decodeURIComponentOr(url.pathname);
+    if (url.search !== "" || url.hash !== "" || addressProblem(name, address) !== undefined) {
+      return `${name} must be mailto: and one email address (mailto:support@example.com), got ${shown}`;
+    }
+    return undefined;
+  }
+  if (hostProblem(url)) {
+    return `${name} must name a host by its DNS name or IP address, got ${shown}`;
+  }
+  const href = url.href.replace(`[${url.hostname.slice(1, -1)}]`, "");
+  if (!LINK_CHARACTERS.test(href)) {
+    return `${name} may not hold quotes, parentheses, brackets, braces, spaces or \\ ^ | < >: percent-encode them, got ${shown}`;
+  }
+  return undefined;
+}
+
+function decodeURIComponentOr(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * Why `raw` is not an email address the service may publish, or `undefined`: a local part of
+ * letters, digits and single `.`, `_`, `+` or `-` between them, `@`, a DNS name with a dot. (RFC
+ * 5322 allows more, quoted strings included; no operator means them, and each would need escaping
+ * in Markdown, HTML and `mailto:` links.)
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(addressProblem("SUPPORT_EMAIL", "api.support+x@example.com"), undefined);
+ * assert.match(addressProblem("SUPPORT_EMAIL", "sec_[t]*x&y@ex.com")!, /SUPPORT_EMAIL/);
+ * ```
+ */
+export function addressProblem(name: string, raw: string): string | undefined {
+  const at = raw.lastIndexOf("@");
+  const local = raw.slice(0, at);
+  const domain = raw.slice(at + 1);
+  if (
+    at < 1 || !/^[A-Za-z0-9]+(?:[._+-][A-Za-z0-9]+)*$/.test(local) || local.length > 64 ||
+    !HOST_NAME.test(domain) || !domain.includes(".")
+  ) {
+    return `${name} must be an email address (letters, digits and . _ + - before the @, a domain with a dot after it), got ${
+      JSON.stringify(raw)
+    }`;
+  }
+  return undefined;
 }
 
 /** What the Redis client would refuse in a redis:// URL: a path that is not a database number, bad escapes. */
@@ -480,12 +621,45 @@ function oneOf<T extends string>(
   return choices[0];
 }
 
-/** A URL without its password, for error messages. */
+/** A value without its credentials, for error messages ({@linkcode redactSecrets}). */
 function redacted(raw: string): string {
-  const url = URL.parse(raw);
-  if (url === null || url.password === "") return raw;
-  url.password = "***";
-  return url.href;
+  return redactSecrets(raw);
+}
+
+/**
+ * `text` with every credential it may hold masked as `***`: the password of anything shaped like
+ * `scheme://user:password@host` or `user:password@host` (parsed or not: a URL that `URL.parse`
+ * refuses, such as one with port 637900, is masked all the same), a userinfo holding no `:`
+ * (it may be a token), and the value of `name=value` pairs whose name says it is secret
+ * (`Authorization=Bearer x`, `api-key=x`, `token=x`: `OTEL_EXPORTER_OTLP_HEADERS`' shape). Every
+ * start-up message goes through it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   redactSecrets("REDIS_URL got redis://default:hunter2@redis.internal:637900"),
+ *   "REDIS_URL got redis://default:***@redis.internal:637900",
+ * );
+ * assert.equal(redactSecrets("authorization=Bearer abc,x-ok=1"), "authorization=***,x-ok=1");
+ * ```
+ */
+export function redactSecrets(text: string): string {
+  return text
+    .replace(/([a-z][a-z0-9+.-]*:\/\/)([^\s"'<>]*)@/gi, (_, scheme: string, info: string) => {
+      const colon = info.indexOf(":");
+      // The user name is kept: it names the account to check, and is no secret.
+      return `${scheme}${colon < 0 ? "" : info.slice(0, colon + 1)}***@`;
+    })
+    .replace(
+      /(^|[\s"',;=(])([^\s:/@"',;=()]+):(?!\/\/)([^\s"'<>]*)@/g,
+      (whole, before: string, user: string) =>
+        user.toLowerCase() === "mailto" ? whole : `${before}${user}:***@`,
+    )
+    .replace(
+      /((?:^|[\s,;"'{])[\w.-]*(?:auth|token|key|secret|password|passwd|credential|session|cookie)[\w.-]*\s*=\s*)("[^"]*"|[^,;\s"']+(?: [^,;\s"'=]+)?)/gi,
+      "$1***",
+    );
 }
 
 function boolean(
@@ -521,10 +695,27 @@ function baseUrlOf(raw: string | undefined, port: number, errors: string[]): str
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     errors.push(`PUBLIC_BASE_URL must use http or https, got ${JSON.stringify(redacted(raw))}`);
+    return raw;
   }
   if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
     errors.push(
       `PUBLIC_BASE_URL must not carry credentials, a query or a fragment, got ${
+        JSON.stringify(redacted(raw))
+      }`,
+    );
+  }
+  if (hostProblem(url)) {
+    errors.push(
+      `PUBLIC_BASE_URL must name a host by its DNS name or IP address, got ${
+        JSON.stringify(redacted(raw))
+      }`,
+    );
+  }
+  // The base lands in links, Markdown and the portal's copy-paste shell lines unquoted: its path
+  // holds only what none of them gives a meaning (RFC 3986's unreserved characters and /).
+  if (!/^[A-Za-z0-9\-._~/]*$/.test(url.pathname) || CONTROL_CHARACTERS.test(raw)) {
+    errors.push(
+      `PUBLIC_BASE_URL's path may hold only letters, digits, - . _ ~ and /, got ${
         JSON.stringify(redacted(raw))
       }`,
     );
@@ -540,16 +731,12 @@ function absoluteUri(
   errors: string[],
 ): string {
   if (raw === undefined) return fallback;
-  try {
-    const url = new URL(raw);
-    if (!["http:", "https:", "mailto:"].includes(url.protocol)) {
-      errors.push(`${name} must be an http, https or mailto URI, got ${JSON.stringify(raw)}`);
-    }
-    return url.href;
-  } catch {
-    errors.push(`${name} must be an absolute URI, got ${JSON.stringify(raw)}`);
+  const problem = linkProblem(name, raw);
+  if (problem !== undefined) {
+    errors.push(problem);
     return raw;
   }
+  return new URL(raw).href;
 }
 
 function date(raw: string | undefined, name: string, errors: string[]): Date | undefined {

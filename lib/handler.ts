@@ -15,7 +15,7 @@
 
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
-import { isCorsPreflight, pathOf } from "./http/message.ts";
+import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
 import { loadNegotiator, NegotiatorNotLoadedError } from "./http/negotiate.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
 import {
@@ -146,13 +146,15 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
 
   const fail = (error: unknown, request: Request): Response => {
     onError?.(error);
-    const path = templates.routes.get(pathOf(request.url)) ?? templates.unknownPath;
+    const path = templates.routes.get(requestPathOf(request.url, request.headers.get("host"))) ??
+      templates.unknownPath;
     return cache.respond(forMethod(path.internalError, request.method), noDecision);
   };
 
   const handler: Handler = (request, info) => {
     const started = now();
-    const path = pathOf(request.url);
+    const host = request.headers.get("host");
+    const path = requestPathOf(request.url, host);
     let key = "";
     let result: Response | Promise<Response>;
     try {
@@ -163,14 +165,23 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     }
     if (result instanceof Promise) {
       return result.catch((error) => fail(error, request)).then((response) => {
-        record?.(request.method, path, key, started, response.status);
+        record?.(request.method, path, key, started, response.status, badHost(host, response));
         return response;
       });
     }
-    record?.(request.method, path, key, started, result.status);
+    record?.(request.method, path, key, started, result.status, badHost(host, result));
     return result;
   };
   return withReady(handler, templates);
+}
+
+/**
+ * Whether `response` refused its request for its `Host` (the only 400 the service sends). The
+ * handler logs the target's path (`requestPathOf`), not what a hostile `Host` makes of the URL
+ * (lib/README.md, "Host").
+ */
+function badHost(host: string | null, response: Response): boolean {
+  return response.status === 400 && host !== null && !isValidHost(host);
 }
 
 /**

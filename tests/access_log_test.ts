@@ -13,6 +13,7 @@ import {
 } from "../lib/access_log.ts";
 import { NO_ADDRESS_KEY } from "../lib/limit/caller.ts";
 import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
+import { rawRequest, startServer } from "./_server.ts";
 
 const RECORD: AccessRecord = {
   time: "2026-01-01T00:00:00.000Z",
@@ -101,4 +102,24 @@ Deno.test("createAccessLog() writes what it holds once flushMs has passed", asyn
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   assert.equal(new TextDecoder().decode(chunks[0]), formatAccessRecord(RECORD));
+});
+
+Deno.test("the access log names the request target's path whatever Host says, and a request refused for its Host says so", async () => {
+  await using server = await startServer();
+  const cases: [host: string, target: string, path: string][] = [
+    ["evil.example/fake/path?", "/api/v1/platform", "/api/v1/platform"],
+    ["x/api/v1/platform?", "/anything?q=1", "/anything"],
+    ["x#/developers", "/nothing", "/nothing"],
+  ];
+  for (const [host, target, path] of cases) {
+    const response = await rawRequest(server.url, target, { headers: { Host: host } });
+    assert.equal(response.status, 400);
+    const record = server.records.at(-1)!;
+    assert.equal(record.path, path, `Host: ${host}`);
+    assert.equal(record.host, "invalid");
+    assert.match(formatAccessRecord(record), /"host":"invalid"\}\n$/);
+  }
+  await rawRequest(server.url, "/api/v1/platform?x=1");
+  assert.equal(server.records.at(-1)!.path, "/api/v1/platform");
+  assert.equal(server.records.at(-1)!.host, undefined);
 });

@@ -273,3 +273,37 @@ Deno.test("deploy/Dockerfile pins the Deno of CI, builds as root and starts as a
   assert.ok(!lines.slice(user).some((line) => line.startsWith("RUN ")), dockerfile);
   assert.equal(lines.at(-1), 'CMD ["task", "start"]');
 });
+
+Deno.test({
+  name:
+    `nginx from deploy/nginx.conf clears the client's own Forwarded and replaces its X-Forwarded-For${
+      noNginx ? ` (skipped: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    // Upstreams that answer with the forwarded headers they received.
+    const seen: Record<string, string | null>[] = [];
+    const upstream = (request: Request) => {
+      seen.push({
+        forwarded: request.headers.get("forwarded"),
+        xff: request.headers.get("x-forwarded-for"),
+      });
+      return new Response("ok");
+    };
+    const servers = [0, 1].map(() =>
+      Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, upstream)
+    );
+    const nginx = await startNginx([servers[0]!.addr.port, servers[1]!.addr.port]);
+    try {
+      const response = await get(nginx.port, "127.0.0.1", {
+        forwarded: "for=198.51.100.66",
+        "x-forwarded-for": "198.51.100.67",
+      });
+      assert.equal(response.status, 200);
+      assert.deepEqual(seen, [{ forwarded: null, xff: "127.0.0.1" }]);
+    } finally {
+      await nginx.stop();
+      await Promise.all(servers.map((server) => server.shutdown()));
+    }
+  },
+});

@@ -11,6 +11,9 @@ import type { AccessRecord } from "../lib/access_log.ts";
 import { createHandler, type Handler, WARM_UP_DELAY } from "../lib/handler.ts";
 import { WARM_UP_DELAY_MS } from "../lib/warm_up.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
+import { MAX_FORWARDED_HOPS, MAX_FORWARDED_LENGTH } from "../lib/limit/caller.ts";
+import { MAX_HOST_LENGTH, MAX_IF_NONE_MATCH_LENGTH } from "../lib/http/message.ts";
+import { MAX_NEGOTIATED_LENGTH, memoize, preferredEncoding } from "../lib/http/negotiate.ts";
 import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {
@@ -655,5 +658,86 @@ Deno.test("createHandler() builds no representation before it is needed: a path'
     assert.equal(openapi.text, content.openapi);
   } finally {
     store.close();
+  }
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Hostile header values (issue 31, item 1): each parser receives at most a bounded value
+
+Deno.test("an Accept or Accept-Encoding over MAX_NEGOTIATED_LENGTH is treated as absent; one at it is read", async () => {
+  const { handler, close } = setup({ RATE_LIMIT: "1000" });
+  try {
+    const typeOf = async (accept: string) =>
+      (await send(handler, "/api/v1/platform", { headers: { accept } })).response.headers.get(
+        "content-type",
+      );
+    const markdownFirst = (length: number) =>
+      `text/markdown,${"a/b;q=0.1,".repeat(40)}`.slice(0, length - 1) + "x";
+    assert.match((await typeOf(markdownFirst(MAX_NEGOTIATED_LENGTH)))!, /^text\/markdown/);
+    assert.match((await typeOf(markdownFirst(MAX_NEGOTIATED_LENGTH + 1)))!, /^application\/json/);
+    // The pathological shape of the review: a quote, then tens of thousands of commas.
+    assert.match((await typeOf(`"${",".repeat(30_000)}`))!, /^application\/json/);
+    // Codings are picked by the same bound (the handler sends gzip only once the warm-up ran).
+    const gzipFirst = (length: number) => `gzip,${"x;q=0.1,".repeat(40)}`.slice(0, length);
+    assert.equal(preferredEncoding(gzipFirst(MAX_NEGOTIATED_LENGTH)), "gzip");
+    assert.equal(preferredEncoding(gzipFirst(MAX_NEGOTIATED_LENGTH + 1)), "identity");
+    const seen: (string | null)[] = [];
+    const pick = memoize((value) => seen.push(value));
+    pick(gzipFirst(MAX_NEGOTIATED_LENGTH + 1));
+    assert.deepEqual(seen, [null], "the memo's function never receives a longer value");
+  } finally {
+    close();
+  }
+});
+
+Deno.test("an If-None-Match over MAX_IF_NONE_MATCH_LENGTH is treated as absent, a Host over MAX_HOST_LENGTH is invalid", async () => {
+  const { handler, close } = setup({ RATE_LIMIT: "1000" });
+  try {
+    const etag = (await send(handler, "/api/v1/platform")).response.headers.get("etag")!;
+    const list = (length: number) => `${'"x", '.repeat(300)}`.slice(0, length - etag.length) + etag;
+    const statusWith = async (headers: Record<string, string>) =>
+      (await send(handler, "/api/v1/platform", { headers })).response.status;
+    assert.equal(await statusWith({ "if-none-match": list(MAX_IF_NONE_MATCH_LENGTH) }), 304);
+    assert.equal(await statusWith({ "if-none-match": list(MAX_IF_NONE_MATCH_LENGTH + 1) }), 200);
+    const host = (length: number) => `${"a".repeat(60)}.`.repeat(5).slice(0, length - 5) + ".x:80";
+    assert.equal(await statusWith({ host: host(MAX_HOST_LENGTH) }), 200);
+    assert.equal(await statusWith({ host: host(MAX_HOST_LENGTH + 1) }), 400);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("a forwarded header is read from its right end only: MAX_FORWARDED_LENGTH characters, MAX_FORWARDED_HOPS entries", async (t) => {
+  for (const header of ["x-forwarded-for", "forwarded"] as const) {
+    await t.step(header, async () => {
+      const { handler, close } = setup({
+        RATE_LIMIT: "1000",
+        TRUSTED_PROXIES: "10.0.0.0/8",
+        TRUSTED_PROXY_HEADER: header,
+      });
+      const entry = (address: string) => header === "forwarded" ? `for=${address}` : address;
+      const remainingWith = async (value: string) =>
+        Number(
+          (await send(handler, "/api/v1/platform", {
+            peer: "10.0.0.1",
+            headers: { [header]: value },
+          }))
+            .response.headers.get("ratelimit-remaining"),
+        );
+      try {
+        // Kilobytes a client wrote itself, then the address the trusted proxy appended: that one.
+        const junk = `${entry("1".repeat(5000))}, ${entry("198.51.100.1")}, `.repeat(4);
+        assert.equal(await remainingWith(`${junk}${entry("192.0.2.9")}`), 999);
+        assert.equal(await remainingWith(entry("192.0.2.9")), 998, "the same caller");
+        assert.ok(`${junk}${entry("192.0.2.9")}`.length > MAX_FORWARDED_LENGTH);
+        // More trusted hops than the walk takes: it ends at the last one reached, not the far left.
+        const hops = Array.from({ length: MAX_FORWARDED_HOPS + 3 }, (_, i) => entry(`10.0.1.${i}`));
+        assert.equal(await remainingWith([entry("192.0.2.77"), ...hops].join(", ")), 999);
+        assert.equal(await remainingWith(entry("192.0.2.77")), 999, "192.0.2.77 was not reached");
+        assert.equal(await remainingWith(entry("10.0.1.3")), 998, "the hop where the walk ended");
+      } finally {
+        close();
+      }
+    });
   }
 });

@@ -379,9 +379,90 @@ Deno.test("start-up failures are one sentence naming the variable or permission 
   }
 });
 
+Deno.test("no start-up error prints a password, whatever variable holds it", async (t) => {
+  const secret = "hunter2";
+  const cases: { name: string; env: Record<string, string>; sentence: RegExp }[] = [
+    {
+      name: "REDIS_URL whose port URL.parse refuses",
+      env: {
+        RATE_LIMIT_STORE: "redis",
+        REDIS_URL: `redis://default:${secret}@redis.internal:637900`,
+      },
+      sentence: /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL, got "redis:\/\/default:\*\*\*@/,
+    },
+    {
+      name: "REDIS_URL without a scheme",
+      env: { RATE_LIMIT_STORE: "redis", REDIS_URL: `default:${secret}@redis.internal:6379` },
+      sentence: /REDIS_URL must be/,
+    },
+    {
+      name: "REDIS_URL with a path the client refuses",
+      env: { RATE_LIMIT_STORE: "redis", REDIS_URL: `redis://default:${secret}@127.0.0.1:6379/x` },
+      sentence: /REDIS_URL may name a database number/,
+    },
+    {
+      name: "a REDIS_URL list, one entry unparsable",
+      env: {
+        RATE_LIMIT_STORE: "redis",
+        REDIS_TYPE: "cluster",
+        REDIS_URL: `redis://u:${secret}@10.0.0.1:7000,redis://u:${secret}@10.0.0.2:99999`,
+      },
+      sentence: /REDIS_URL must be a comma-separated list/,
+    },
+    {
+      name: "a remote KV_PATH with credentials",
+      env: { RATE_LIMIT_STORE: "kv", KV_PATH: `https://u:${secret}@kv.invalid/db` },
+      sentence: /KV_PATH/,
+    },
+    {
+      name: "PUBLIC_BASE_URL with credentials",
+      env: { PUBLIC_BASE_URL: `https://u:${secret}@example.com` },
+      sentence: /PUBLIC_BASE_URL must not carry credentials/,
+    },
+    {
+      name: "a link variable that does not parse",
+      env: { SUPPORT_URL: `https://u:${secret}@exa mple.com` },
+      sentence: /SUPPORT_URL must be an absolute URI/,
+    },
+    {
+      name: "a link variable with credentials and a wrong scheme",
+      env: { DOCUMENTATION_URL: `ftp://u:${secret}@example.com` },
+      sentence: /DOCUMENTATION_URL must be an http, https or mailto URI/,
+    },
+  ];
+  for (const { name, env, sentence } of cases) {
+    await t.step(name, async () => {
+      const output = await runMain({ ...BASE, ...env }, WIDE);
+      assert.equal(output.code, 1, output.stderr);
+      assert.match(output.stderr, sentence);
+      assert.doesNotMatch(output.stderr, new RegExp(secret), output.stderr);
+    });
+  }
+});
+
+Deno.test("deno task start:kv with KV_PATH unset refuses to start: it would grant write access to the checkout", async () => {
+  const env: Record<string, string> = { ...BASE, NO_COLOR: "1" };
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["task", "--quiet", "start:kv"],
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    // Without the refusal the service would start and listen: end it, and the test fails.
+    signal: AbortSignal.timeout(20_000),
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /^KV_PATH must be set to the database file/m);
+  assert.equal(output.stdout.length, 0);
+});
+
 Deno.test("deno task start:kv serves on the KV store with read and write granted to KV_PATH's folder only", async () => {
   const deno = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json")));
   assert.doesNotMatch(deno.tasks.start, /allow-write/);
+  // The lock is not rewritten at start: a package that does not match it is an error, not a fetch.
+  assert.match(deno.tasks.start, /^deno run --frozen .*\$\(deno run --frozen /);
   assert.match(deno.tasks["start:kv"], /--allow-write=\$\(dirname "\$KV_PATH"\) /);
   const dir = Deno.makeTempDirSync();
   const process = new Deno.Command(Deno.execPath(), {

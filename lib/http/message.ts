@@ -33,7 +33,11 @@ export const STATUS = {
  */
 export function pathOf(url: string): string {
   const scheme = url.indexOf("://");
-  const start = url.indexOf("/", scheme === -1 ? 0 : scheme + 3);
+  return pathFrom(url, url.indexOf("/", scheme === -1 ? 0 : scheme + 3));
+}
+
+/** The path that starts at `start` of `url` (`/` when `start` is -1), up to its query or fragment. */
+function pathFrom(url: string, start: number): string {
   if (start === -1) return "/";
   let end = url.length;
   const query = url.indexOf("?", start);
@@ -44,10 +48,47 @@ export function pathOf(url: string): string {
 }
 
 /**
+ * The path of the request target, whatever `Host` says. The runtime builds `Request.url` as the
+ * scheme, `://`, the `Host` value as sent and the target, so a `Host` of `evil.example/fake/path?`
+ * would make {@linkcode pathOf} read `/fake/path` for a request of `/api/v1/platform`: the target
+ * starts where the `Host` value ends. (Such a request is answered 400; its access-log line and
+ * span still name the path it asked for.)
+ *
+ * @param host the request's `Host` value (`null` when it has none)
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const host = "evil.example/fake/path?";
+ * assert.equal(requestPathOf(`http://${host}/api/v1/platform?q=1`, host), "/api/v1/platform");
+ * assert.equal(requestPathOf("http://localhost:8000/x?y", "localhost:8000"), "/x");
+ * ```
+ */
+export function requestPathOf(url: string, host: string | null): string {
+  const scheme = url.indexOf("://");
+  if (host === null || scheme === -1 || !url.startsWith(host, scheme + 3)) return pathOf(url);
+  const start = scheme + 3 + host.length;
+  return url[start] === "/" ? pathFrom(url, start) : pathOf(url);
+}
+
+/**
+ * The longest `If-None-Match` value read (about twenty of the service's tags); a longer one is
+ * treated as absent (lib/README.md, "Compression and caching").
+ */
+export const MAX_IF_NONE_MATCH_LENGTH = 1024;
+
+/**
+ * The longest `Host` value accepted: a DNS name of 253 characters, `:` and a port. A longer one is
+ * not a valid host and is answered 400.
+ */
+export const MAX_HOST_LENGTH = 259;
+
+/**
  * Whether an `If-None-Match` value matches `etag`, by the weak comparison RFC 9110 section 13.1.2
  * requires (`W/` prefixes are ignored; `*` matches any current representation).
  */
 export function ifNoneMatchMatches(ifNoneMatch: string, etag: string): boolean {
+  // Over the bound, the field is treated as absent: the full representation, never a 304.
+  if (ifNoneMatch.length > MAX_IF_NONE_MATCH_LENGTH) return false;
   const value = ifNoneMatch.trim();
   if (value === "*") return true;
   const opaque = etag.startsWith("W/") ? etag.slice(2) : etag;
@@ -66,7 +107,7 @@ const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
  * with `/`, `?`, `#` or `@` in it would otherwise choose the path the handler sees.
  */
 export function isValidHost(host: string): boolean {
-  return HOST.test(host);
+  return host.length <= MAX_HOST_LENGTH && HOST.test(host);
 }
 
 /**

@@ -26,8 +26,29 @@ export const ENCODINGS: readonly Encoding[] = ["br", "gzip", "identity"];
 /** Most distinct header values remembered per negotiator; beyond it the memo starts again. */
 const MEMO_LIMIT = 1024;
 
-/** Longest header value remembered: at most MEMO_LIMIT x 256 characters per memo. */
-const MEMO_MAX_LENGTH = 256;
+/**
+ * The longest `Accept` or `Accept-Encoding` value the service reads; a longer one is treated as
+ * absent (lib/README.md, "Negotiation"). Real values are well under it (a browser's `Accept` is
+ * about 150 characters); a pathological one could otherwise cost a request a hundred times a plain
+ * one in negotiator (issue 31). Every value read is short enough to be remembered, so at most
+ * MEMO_LIMIT x 256 characters per memo.
+ */
+export const MAX_NEGOTIATED_LENGTH = 256;
+
+/**
+ * `value`, or `null` (absent) when it is longer than `max`: what every parser of a header value
+ * receives, so that no value costs more than one of `max` characters.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(bounded("text/markdown", MAX_NEGOTIATED_LENGTH), "text/markdown");
+ * assert.equal(bounded(",".repeat(257), MAX_NEGOTIATED_LENGTH), null);
+ * ```
+ */
+export function bounded(value: string | null, max: number): string | null {
+  return value !== null && value.length > max ? null : value;
+}
 
 interface NegotiatorInstance {
   mediaTypes(available: string[]): string[];
@@ -108,6 +129,7 @@ export function preferredType<T extends string>(
   accept: string | null,
   supported: readonly [T, ...T[]],
 ): T {
+  accept = bounded(accept, MAX_NEGOTIATED_LENGTH);
   if (accept === null || accept === "" || accept === "*/*") return supported[0];
   if (isCommonAccept(accept)) {
     // Negotiator compares types case-insensitively and ignores an offer's parameters here.
@@ -149,6 +171,7 @@ export function withoutMediaTypeParameters(accept: string): string {
  * have resolved.
  */
 export function preferredEncoding(acceptEncoding: string | null): Encoding {
+  acceptEncoding = bounded(acceptEncoding, MAX_NEGOTIATED_LENGTH);
   if (acceptEncoding === null || acceptEncoding === "") return "identity";
   if (isCommonAcceptEncoding(acceptEncoding)) {
     // All at weight 1 (identity too, unless named): the service's order decides.
@@ -161,7 +184,8 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding {
 }
 
 /**
- * Wraps a negotiation function of one header value in a bounded memo.
+ * Wraps a negotiation function of one header value in a bounded memo. A value longer than
+ * {@linkcode MAX_NEGOTIATED_LENGTH} is answered as `null` (absent): `negotiate` never sees it.
  *
  * @example
  * ```ts
@@ -186,11 +210,11 @@ export function memoize<R>(negotiate: (value: string | null) => R): (value: stri
   let lastValue: string | undefined;
   let lastResult: R | undefined;
   return (value) => {
-    if (value === null) return (none ??= { value: negotiate(null) }).value;
+    // A value over the bound is absent: it reaches no parser, and the memo holds short values only.
+    if (value === null || value.length > MAX_NEGOTIATED_LENGTH) {
+      return (none ??= { value: negotiate(null) }).value;
+    }
     if (value === lastValue) return lastResult!;
-    // Header values can be tens of kilobytes: remembering long ones would let callers fill memory
-    // by size rather than by count. Real Accept values are short, so nothing is lost.
-    if (value.length > MEMO_MAX_LENGTH) return negotiate(value);
     let result = memo.get(value);
     if (result === undefined) {
       result = negotiate(value);

@@ -162,11 +162,26 @@ function writeWords(bytes: IpBytes, words: number[], at: number, count: number):
   }
 }
 
-/** Unwraps an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) to IPv4; other addresses are returned as they are. */
+/**
+ * Unwraps an IPv6 address that carries an IPv4 one to that IPv4 address: IPv4-mapped
+ * (`::ffff:192.0.2.1`) and NAT64's well-known prefix (`64:ff9b::192.0.2.1`, RFC 6052: an IPv6-only
+ * client reaching an IPv4 service through a NAT64 gateway, so one IPv4 host whichever way it came).
+ * Other addresses are returned as they are.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(unmapIpv4(parseIp("64:ff9b::c000:207")!), parseIp("192.0.2.7"));
+ * assert.deepEqual(unmapIpv4(parseIp("::ffff:192.0.2.7")!), parseIp("192.0.2.7"));
+ * assert.equal(unmapIpv4(parseIp("2001:db8::1")!).length, 16);
+ * ```
+ */
 export function unmapIpv4(bytes: IpBytes): IpBytes {
   if (bytes.length !== 16) return bytes;
-  for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
-  if (bytes[10] !== 0xff || bytes[11] !== 0xff) return bytes;
+  const nat64 = bytes[0] === 0 && bytes[1] === 0x64 && bytes[2] === 0xff && bytes[3] === 0x9b;
+  for (let i = nat64 ? 4 : 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
+  const marker = nat64 ? 0 : 0xff;
+  if (bytes[10] !== marker || bytes[11] !== marker) return bytes;
   return bytes.slice(12);
 }
 
@@ -337,6 +352,38 @@ function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): st
   return NO_ADDRESS_KEY;
 }
 
+/**
+ * The most of a forwarded header read, from its right end: the entries a trusted proxy appends are
+ * at the right, and the walk from the right stops at the first one that is not a trusted proxy, so
+ * a longer value's left part (what a client wrote itself) is never needed. Its first entry, cut,
+ * is dropped.
+ */
+export const MAX_FORWARDED_LENGTH = 1024;
+
+/**
+ * The most entries of a forwarded header walked from the right: a chain of more trusted proxies
+ * than this ends the walk at the last one reached, as an unparseable entry does.
+ */
+export const MAX_FORWARDED_HOPS = 32;
+
+/**
+ * The right end of a forwarded header's value: the whole value up to
+ * {@linkcode MAX_FORWARDED_LENGTH} characters, else its last ones from the first whole entry.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(forwardedTail("192.0.2.1, 10.0.0.1"), "192.0.2.1, 10.0.0.1");
+ * assert.equal(forwardedTail("1".repeat(5000) + ", 192.0.2.7"), " 192.0.2.7");
+ * ```
+ */
+export function forwardedTail(value: string): string {
+  if (value.length <= MAX_FORWARDED_LENGTH) return value;
+  const tail = value.slice(value.length - MAX_FORWARDED_LENGTH);
+  const comma = tail.indexOf(",");
+  return comma === -1 ? "" : tail.slice(comma + 1);
+}
+
 /** What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. */
 class PeerFacts {
   constructor(readonly key: string, readonly trusted: boolean) {}
@@ -391,7 +438,7 @@ export function createCallerKey(
     if (xff) {
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
       // or not, and its key is itself.
-      const value = headers.get("x-forwarded-for");
+      const value = bounded(headers.get("x-forwarded-for"));
       if (value !== null && ipv4Value(value) !== undefined) return value;
       // Any other single entry: the walk ends at it too (its key), or at the proxy when it is not
       // an address; no need to parse the peer again.
@@ -415,11 +462,13 @@ function forwardedClient(
   peer: IpBytes | undefined,
   options: CallerOptions,
 ): IpBytes | undefined {
-  const value = headers.get(options.forwardedHeader);
-  if (value === null) return peer;
+  const whole = headers.get(options.forwardedHeader);
+  if (whole === null) return peer;
+  const value = forwardedTail(whole);
   const entries = options.forwardedHeader === "forwarded" ? forwardedFor(value) : value.split(",");
   let client = peer;
-  for (let i = entries.length - 1; i >= 0; i--) {
+  const last = Math.max(0, entries.length - MAX_FORWARDED_HOPS);
+  for (let i = entries.length - 1; i >= last; i--) {
     const parsed = parseHostPort(entries[i]!.trim());
     if (!parsed) return client;
     client = unmapIpv4(parsed);
@@ -442,6 +491,11 @@ function forwardedFor(value: string): string[] {
     out.push(found);
   }
   return out;
+}
+
+/** `value` when it is within {@linkcode MAX_FORWARDED_LENGTH}, else `null` (the slow path cuts it). */
+function bounded(value: string | null): string | null {
+  return value !== null && value.length > MAX_FORWARDED_LENGTH ? null : value;
 }
 
 /** Parses `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1` or `[2001:db8::1]:80`. */

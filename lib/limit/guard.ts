@@ -127,6 +127,8 @@ export class GuardedStore implements RateLimitStore {
   readonly #peekFallback: Decision;
   #incident: Incident | undefined;
   readonly #policy: StoreFailurePolicy;
+  readonly #seen = new LastDecisions();
+  readonly #freshWindow: Decision;
 
   /** Wraps `store`. */
   constructor(store: RateLimitStore, options: GuardOptions) {
@@ -142,6 +144,7 @@ export class GuardedStore implements RateLimitStore {
       clock: this.#clock,
     });
     const { limit, windowMs } = options.policy;
+    this.#freshWindow = { allowed: true, remaining: limit, resetSeconds: 0 };
     if (options.onError === "open") {
       // Admitted without counting: answer as a fresh window would, so the headers stay plausible
       // (remaining below the limit, reset within the window) and clients do not back off.
@@ -182,12 +185,27 @@ export class GuardedStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision | Promise<Decision> {
-    return this.#call(() => this.#store.hit(key, now), this.#hitFallback);
+    const result = this.#call(() => this.#store.hit(key, now), this.#hitFallback);
+    return result instanceof Promise
+      ? result.then((decision) => this.#remember(key, now, decision))
+      : this.#remember(key, now, result);
   }
 
-  /** {@inheritDoc RateLimitStore.peek} */
-  peek(key: string, now: number): Decision | Promise<Decision> {
-    return this.#call(() => this.#store.peek(key, now), this.#peekFallback);
+  /** Keeps the store's own decisions for {@linkcode peek}; the failure policy's say nothing. */
+  #remember(key: string, now: number, decision: Decision): Decision {
+    return this.answeredByPolicy(decision) ? decision : this.#seen.remember(key, now, decision);
+  }
+
+  /**
+   * What this instance last saw of `key`, from local state: no store round trip. Only CORS
+   * preflights peek (never counted, never refused: `preflightDecision`), and a browser sends one
+   * before each cross-origin request, so a store call per preflight would let 3,000 preflights from
+   * a caller at 0 cost 3,000 round trips. Their RateLimit fields are this instance's last view of the
+   * caller (its last decision, the reset counted down since), or a fresh window for a caller it has
+   * not seen; the request that follows gets the store's exact answer.
+   */
+  peek(key: string, now: number): Decision {
+    return this.#seen.recall(key, now) ?? this.#freshWindow;
   }
 
   /** {@inheritDoc RateLimitStore.close} */
@@ -279,5 +297,38 @@ export class GuardedStore implements RateLimitStore {
       downMs: this.#clock() - incident.since,
       answeredByPolicy: incident.answered,
     });
+  }
+}
+
+/** Most callers whose last decision a {@linkcode GuardedStore} keeps; beyond it it starts again. */
+export const LAST_DECISIONS_LIMIT = 4096;
+
+/**
+ * The last decision this instance got for each recent caller, bounded ({@linkcode
+ * LAST_DECISIONS_LIMIT} callers, then cleared, as the handler's memos are): what a preflight is
+ * answered from.
+ */
+class LastDecisions {
+  readonly #decisions = new Map<string, { decision: Decision; at: number }>();
+
+  /** Keeps `decision` as `key`'s latest and returns it. */
+  remember(key: string, now: number, decision: Decision): Decision {
+    if (this.#decisions.size >= LAST_DECISIONS_LIMIT && !this.#decisions.has(key)) {
+      this.#decisions.clear();
+    }
+    this.#decisions.set(key, { decision, at: now });
+    return decision;
+  }
+
+  /** `key`'s latest decision with its reset counted down to `now`, if it is still within it. */
+  recall(key: string, now: number): Decision | undefined {
+    const seen = this.#decisions.get(key);
+    if (seen === undefined) return undefined;
+    const left = seen.decision.resetSeconds - Math.floor((now - seen.at) / 1000);
+    if (left <= 0) {
+      this.#decisions.delete(key);
+      return undefined;
+    }
+    return { allowed: true, remaining: seen.decision.remaining, resetSeconds: left };
   }
 }

@@ -19,8 +19,9 @@
  * @module
  */
 
-import { apiReferenceMarkdown } from "./api_reference.ts";
+import { apiReferenceMarkdown, shellWord } from "./api_reference.ts";
 import type { Config } from "../config.ts";
+import { escapeMarkdownText, markdownToPlainText, unescapeMarkdown } from "./escape.ts";
 import { once } from "../once.ts";
 import { type PageMeta, renderPage, type Site } from "./layout.ts";
 import type { Prerendered } from "./prerender.ts";
@@ -153,38 +154,142 @@ export function rateLimitAccuracy(
 /**
  * Fills `{{name}}` placeholders in `text`.
  *
+ * @param escape escapes a value for where it lands, given its placeholder's name and offset in
+ * `text` (by default it is filled as it is)
  * @returns the text, and the names that have no value
  */
 export function fill(
   text: string,
   values: Record<string, string>,
+  escape: (value: string, name: string, at: number) => string = (value) => value,
 ): { text: string; unknown: string[] } {
   const unknown: string[] = [];
-  const out = text.replace(/\{\{\s*([A-Za-z0-9_]+)\s*\}\}/g, (whole, name: string) => {
+  const placeholder = /\{\{\s*([A-Za-z0-9_]+)\s*\}\}/g;
+  const out = text.replace(placeholder, (whole, name: string, at: number) => {
     const value = values[name];
     if (value === undefined) {
       unknown.push(name);
       return whole;
     }
-    return value;
+    return escape(value, name, at);
   });
   return { text: out, unknown };
 }
 
 /**
- * The values of `values` escaped as the content of a JSON string, so that filling a JSON text in
- * place keeps it valid: a walk over the parsed document cost a cold start about 4 ms for
- * `openapi.json` (lib/README.md, "Cold start").
+ * The placeholders whose values start-up validates to carry no Markdown meaning (links, addresses,
+ * numbers: lib/config.ts), so they are filled as they are, links staying links (the `fill` of a
+ * JSON text and `fillMarkdown` in the portal escape it apart, in a JSON or shell block). Every other value
+ * is text, escaped for where it lands ({@linkcode fillMarkdown}).
  */
-function jsonStringValues(values: Record<string, string>): Record<string, string> {
-  return Object.fromEntries(
-    Object.entries(values).map(([name, value]) => [name, JSON.stringify(value).slice(1, -1)]),
-  );
+export const VERBATIM_PLACEHOLDERS: ReadonlySet<string> = new Set([
+  "base_url",
+  "documentation_url",
+  "developer_resources_url",
+  "openapi_url",
+  "agent_instructions_url",
+  "support_url",
+  "support_email",
+  "rate_limit",
+  "rate_limit_window",
+  // The generated API reference's mark: Markdown the service wrote itself.
+  "api_reference",
+]);
+
+/** A fenced code block's opening or closing line (CommonMark): its fence and info string. */
+const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)/;
+
+/** The info strings of the shell examples, whose values are quoted as shell words. */
+const SHELL_INFO = /^(?:sh|bash|shell|console|zsh)$/i;
+
+/**
+ * Fills `{{name}}` placeholders in Markdown (a page, the Platform's Markdown, `llms.txt`), each value
+ * escaped for where it lands: in a fenced `json` block as a JSON string's content, in a shell block
+ * (`sh`, `bash`, `shell`, `console`) as a shell word ({@linkcode shellWord}), in another block as
+ * it is (a value is one line, so it cannot close the block); elsewhere text values are
+ * Markdown-escaped ({@linkcode escapeMarkdownText}) and {@linkcode VERBATIM_PLACEHOLDERS} filled as
+ * they are.
+ *
+ * @returns the text, and the names that have no value
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const values = { name: "[x](javascript:y)", base_url: "https://x.example" };
+ * const text = ["# {{name}}", "~~~json", '"{{name}}"', "~~~", "~~~sh", "curl {{base_url}}", "~~~"];
+ * assert.deepEqual(fillMarkdown(text.join("\n"), values).text.split("\n"), [
+ *   "# \\[x\\]\\(javascript:y\\)",
+ *   "~~~json",
+ *   '"[x](javascript:y)"',
+ *   "~~~",
+ *   "~~~sh",
+ *   "curl https://x.example",
+ *   "~~~",
+ * ]);
+ * ```
+ */
+export function fillMarkdown(
+  text: string,
+  values: Record<string, string>,
+): { text: string; unknown: string[] } {
+  const unknown: string[] = [];
+  let fence: { mark: string; info: string } | undefined;
+  const lines = text.split("\n").map((line) => {
+    const found = FENCE.exec(line);
+    if (found && fence === undefined) fence = { mark: found[1]!, info: found[2] ?? "" };
+    else if (
+      found && fence !== undefined && found[1]![0] === fence.mark[0] &&
+      found[1]!.length >= fence.mark.length && found[2] === ""
+    ) fence = undefined;
+    else {
+      const escape = escaperIn(fence?.info);
+      const filled = fill(line, values, escape);
+      unknown.push(...filled.unknown);
+      return filled.text;
+    }
+    return line;
+  });
+  return { text: lines.join("\n"), unknown };
+}
+
+/** How a value is escaped in a fenced block with `info` (outside any block when `undefined`). */
+function escaperIn(info: string | undefined): (value: string, name: string) => string {
+  if (info === undefined) {
+    return (value, name) => VERBATIM_PLACEHOLDERS.has(name) ? value : escapeMarkdownText(value);
+  }
+  if (info.toLowerCase() === "json") return (value) => JSON.stringify(value).slice(1, -1);
+  if (SHELL_INFO.test(info)) return (value) => shellWord(value);
+  return (value) => value;
+}
+
+/**
+ * Fills a JSON text's placeholders, each value escaped as a JSON string's content; a text value
+ * inside a longer `description` (which OpenAPI reads as CommonMark) is Markdown-escaped first, one
+ * that is a whole string (an example's value) or anything else (a title) is not.
+ */
+function fillJson(
+  text: string,
+  values: Record<string, string>,
+): { text: string; unknown: string[] } {
+  return fill(text, values, (value, name, at) => {
+    const markdown = !VERBATIM_PLACEHOLDERS.has(name) && inMarkdownDescription(text, at);
+    return JSON.stringify(markdown ? escapeMarkdownText(value) : value).slice(1, -1);
+  });
+}
+
+/** Whether offset `at` of a JSON text is inside a `"description"` string, not at its start. */
+function inMarkdownDescription(text: string, at: number): boolean {
+  let start = at - 1;
+  while (start >= 0 && !(text[start] === '"' && text[start - 1] !== "\\")) start--;
+  const end = text.indexOf("}}", at) + 2;
+  // A whole string, `"{{description}}"`, is a value (an example's), not prose.
+  if (start === at - 1 && text[end] === '"') return false;
+  return /"description"\s*:\s*$/.test(text.slice(Math.max(0, start - 40), start));
 }
 
 /** The text of the first `# ` heading of a Markdown document. */
 export function titleOf(markdown: string): string | undefined {
-  return /^#\s+(.+?)\s*#*\s*$/m.exec(markdown)?.[1];
+  const heading = /^#\s+(.+?)\s*#*\s*$/m.exec(markdown)?.[1];
+  return heading === undefined ? undefined : unescapeMarkdown(heading);
 }
 
 /**
@@ -201,7 +306,7 @@ export function summaryOf(markdown: string): string | undefined {
   for (const block of markdown.split(/\n\s*\n/)) {
     const text = block.trim();
     if (text === "" || /^(#|[-*+] |\d+\. |```|\||>)/.test(text)) continue;
-    return text.replace(/\[([^\]]*)\]\([^)]*\)/g, "$1").replace(/[*_`]/g, "").replace(/\s+/g, " ");
+    return markdownToPlainText(text).replace(/\s+/g, " ");
   }
   return undefined;
 }
@@ -327,7 +432,7 @@ function fillStaticFile(
 ): { text?: string; json?: unknown; error?: string } {
   if (name.endsWith(".json")) {
     // Filled as text, each value escaped for a JSON string; then parsed (minified when first sent).
-    const filled = fill(raw, jsonStringValues(values));
+    const filled = fillJson(raw, values);
     let json: unknown;
     try {
       json = JSON.parse(filled.text);
@@ -343,7 +448,10 @@ function fillStaticFile(
   const pageValues = name.endsWith(".md") && name !== "platform.md"
     ? { ...values, api_reference: API_REFERENCE_MARK }
     : values;
-  const filled = fill(raw, pageValues);
+  // robots.txt is no Markdown: its values are one line each, inside its comments.
+  const filled = name.endsWith(".txt") && name !== "llms.txt"
+    ? fill(raw, pageValues)
+    : fillMarkdown(raw, pageValues);
   return filled.unknown.length > 0
     ? { text: filled.text, error: unknownMessage(name, filled.unknown) }
     : { text: filled.text };

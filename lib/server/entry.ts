@@ -1,16 +1,19 @@
 /**
  * Picks the module `deno task start` runs, and prints its path on stdout: the bundle
- * (`dist/app/main.js`, the faster cold start) when it is at least as new as every source it is built
- * from, after building it when it is missing or older and the checkout can be written; otherwise
- * `main.ts`, with one warning line on stderr.
+ * (`dist/app/main.js`, the faster cold start) when it was built from the sources as they are, after
+ * building it when it is missing or stale and the checkout can be written; otherwise `main.ts`, with
+ * one warning line on stderr.
  *
  * A checkout the service may only read (a service account, a container's non-root user, a read-only
  * file system) still starts: from the bundle that `deno task build` wrote at install time, or from
- * the sources. Freshness is judged as `make` judges it, by modification times: cheap (a few dozen
- * `stat` calls, no file read), and a checkout or edit always makes a source newer than the bundle.
+ * the sources. Freshness is judged by content: `deno task build` writes the SHA-256 of its inputs
+ * (`main.ts`, `deno.json`, `deno.lock`, every file under `lib/`) beside the bundle
+ * (`lib/server/entry.ts --stamp`), and the bundle runs only when the inputs still have that digest.
+ * Modification times would run a stale bundle after a `lib/` file is restored with an older time
+ * (`rsync -a`, `tar`, `cp -p`): the service would not run what was reviewed.
  *
- * Run by the task as `deno run --allow-read=. --allow-write=./dist/app --allow-run lib/server/entry.ts`
- * from the project's folder.
+ * Run by the task as `deno run --allow-read=. --allow-run lib/server/entry.ts` from the project's
+ * folder.
  *
  * @module
  */
@@ -19,8 +22,11 @@
 export const BUNDLE = "dist/app/main.js";
 /** The source entry point, run when the bundle is stale and cannot be built. */
 export const SOURCE = "main.ts";
-/** What the bundle is built from, besides every file under `lib/`: files and folders to walk. */
-export const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "lib"];
+/**
+ * What the bundle is built from: files and folders to walk (every file under `lib/`), and the lock
+ * that pins the npm packages it imports.
+ */
+export const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "deno.lock", "lib"];
 
 /** What {@linkcode pickEntry} decided: the module to run, and a warning when it is not the bundle. */
 export interface Picked {
@@ -36,44 +42,87 @@ export interface PickOptions {
   build: () => Promise<string | undefined>;
 }
 
+/** The digest of the build inputs the bundle was built from, written beside it by `deno task build`. */
+export const STAMP = "dist/app/inputs.sha256";
+
+/** The files under `paths` (relative to `root`), walking folders, sorted: what is digested. */
+function inputFiles(root: string, paths: readonly string[]): string[] {
+  const files: string[] = [];
+  const visit = (path: string) => {
+    let info: Deno.FileInfo;
+    try {
+      info = Deno.statSync(`${root}/${path}`);
+    } catch {
+      return;
+    }
+    if (info.isDirectory) {
+      for (const entry of Deno.readDirSync(`${root}/${path}`)) visit(`${path}/${entry.name}`);
+    } else files.push(path);
+  };
+  for (const path of paths) visit(path);
+  return files.sort();
+}
+
 /**
- * The newest modification time (ms since the epoch) of the files under `paths` (relative to
- * `root`), walking folders; undefined when none exists.
+ * The SHA-256 (hex) of the build inputs under `root`: each file's path and bytes, in path order.
+ * Content, not modification times: a `lib/` file restored with an older time (`rsync -a`, `tar`,
+ * `cp -p`) changes it, and a `touch` does not.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
  * const root = Deno.makeTempDirSync();
- * Deno.writeTextFileSync(`${root}/a.ts`, "");
- * Deno.utimeSync(`${root}/a.ts`, 1, 1);
- * assert.equal(newestMtime(root, ["a.ts", "missing"]), 1000);
+ * Deno.writeTextFileSync(`${root}/main.ts`, "a");
+ * const before = await inputsDigest(root);
+ * Deno.writeTextFileSync(`${root}/main.ts`, "b");
+ * Deno.utimeSync(`${root}/main.ts`, 1, 1);
+ * assert.notEqual(await inputsDigest(root), before);
  * ```
  */
-export function newestMtime(root: string, paths: readonly string[]): number | undefined {
-  let newest: number | undefined;
-  const visit = (path: string) => {
-    let info: Deno.FileInfo;
-    try {
-      info = Deno.statSync(path);
-    } catch {
-      return;
-    }
-    if (info.isDirectory) {
-      for (const entry of Deno.readDirSync(path)) visit(`${path}/${entry.name}`);
-      return;
-    }
-    const mtime = info.mtime?.getTime() ?? Number.POSITIVE_INFINITY;
-    newest = Math.max(newest ?? mtime, mtime);
-  };
-  for (const path of paths) visit(`${root}/${path}`);
-  return newest;
+export async function inputsDigest(root: string): Promise<string> {
+  const encoder = new TextEncoder();
+  const parts: Uint8Array[] = [];
+  for (const path of inputFiles(root, BUILD_INPUTS)) {
+    parts.push(
+      encoder.encode(`${path}\u0000`),
+      Deno.readFileSync(`${root}/${path}`),
+      new Uint8Array(1),
+    );
+  }
+  const bytes = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    bytes.set(part, offset);
+    offset += part.length;
+  }
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
 }
 
-/** Whether `root`'s bundle exists and is at least as new as every build input. */
-export function bundleIsFresh(root: string): boolean {
-  const bundle = newestMtime(root, [BUNDLE]);
-  const sources = newestMtime(root, BUILD_INPUTS) ?? 0;
-  return bundle !== undefined && bundle >= sources;
+/** Writes {@linkcode STAMP}: the digest of the inputs the bundle in `root` was just built from. */
+export async function stampBundle(root: string): Promise<void> {
+  Deno.writeTextFileSync(`${root}/${STAMP}`, `${await inputsDigest(root)}\n`);
+}
+
+/** Whether `root`'s bundle exists and was built from the build inputs as they are now. */
+export async function bundleIsFresh(root: string): Promise<boolean> {
+  let stamp: string;
+  try {
+    Deno.statSync(`${root}/${BUNDLE}`);
+    stamp = Deno.readTextFileSync(`${root}/${STAMP}`).trim();
+  } catch {
+    return false;
+  }
+  return stamp === await inputsDigest(root);
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -91,10 +140,12 @@ export function bundleIsFresh(root: string): boolean {
  * ```
  */
 export async function pickEntry(root: string, options: PickOptions): Promise<Picked> {
-  if (bundleIsFresh(root)) return { entry: BUNDLE };
+  if (await bundleIsFresh(root)) return { entry: BUNDLE };
   const failure = await options.build();
-  if (failure === undefined && bundleIsFresh(root)) return { entry: BUNDLE };
-  const missing = newestMtime(root, [BUNDLE]) === undefined ? "missing" : "older than the sources";
+  if (failure === undefined && await bundleIsFresh(root)) return { entry: BUNDLE };
+  const missing = exists(`${root}/${BUNDLE}`)
+    ? "not built from the sources as they are"
+    : "missing";
   return {
     entry: SOURCE,
     warning: `the bundle ${BUNDLE} is ${missing} and cannot be built here (${
@@ -122,7 +173,9 @@ async function build(root: string): Promise<string | undefined> {
   }
 }
 
-if (import.meta.main) {
+if (import.meta.main && Deno.args[0] === "--stamp") {
+  await stampBundle(".");
+} else if (import.meta.main) {
   const picked = await pickEntry(".", { build: () => build(".") }).catch((error) => ({
     entry: SOURCE,
     warning: `cannot tell whether ${BUNDLE} is up to date (${error}): starting from ${SOURCE}`,

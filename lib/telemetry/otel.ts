@@ -33,7 +33,7 @@ import type { StoreFailurePolicy } from "../limit/guard.ts";
 import type { SyncBackend, SyncBatch } from "../limit/local_first.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/circuit_breaker.ts";
-import { pathOf } from "../http/message.ts";
+import { requestPathOf } from "../http/message.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
 export const SCOPE = "public-discovery-api";
@@ -153,7 +153,7 @@ function routeNamingHandler<I>(
   return (request, info) => {
     const span = trace.getActiveSpan();
     if (span !== undefined) {
-      const path = pathOf(request.url);
+      const path = requestPathOf(request.url, request.headers.get("host"));
       const route = paths.has(path) ? path : UNKNOWN_ROUTE;
       span.updateName(`${request.method} ${route}`);
       span.setAttribute("http.route", route);

@@ -122,11 +122,32 @@ Deno.test("property: parseIp() reads an IPv6 address exactly as the split-based 
   );
 });
 
-Deno.test("unmapIpv4() unwraps ::ffff:a.b.c.d and its hex form, and leaves other IPv6 alone", () => {
+Deno.test("unmapIpv4() unwraps ::ffff:a.b.c.d, NAT64's 64:ff9b::a.b.c.d and their hex forms, and leaves other IPv6 alone", () => {
   assert.equal(keyOfIp(unmapIpv4(parseIp("::ffff:192.0.2.1")!)), "192.0.2.1");
   assert.equal(keyOfIp(unmapIpv4(parseIp("::ffff:c000:201")!)), "192.0.2.1");
+  assert.equal(keyOfIp(unmapIpv4(parseIp("64:ff9b::192.0.2.1")!)), "192.0.2.1");
+  assert.equal(keyOfIp(unmapIpv4(parseIp("64:ff9b::c000:201")!)), "192.0.2.1");
   assert.equal(unmapIpv4(parseIp("::1")!).length, 16);
-  assert.equal(unmapIpv4(parseIp("64:ff9b::192.0.2.1")!).length, 16);
+  // Not the well-known /96: a local-use NAT64 prefix (RFC 8215), or bits set in the suffix.
+  assert.equal(unmapIpv4(parseIp("64:ff9b:1::192.0.2.1")!).length, 16);
+  assert.equal(unmapIpv4(parseIp("64:ff9b::1:192.0.2.1")!).length, 16);
+  assert.equal(unmapIpv4(parseIp("::ffff:0:192.0.2.1")!).length, 16);
+});
+
+Deno.test("callerKey() keys a NAT64 peer, or a NAT64 client behind a trusted proxy, as the IPv4 address it carries", () => {
+  assert.equal(key("64:ff9b::203.0.113.7"), "203.0.113.7");
+  assert.equal(key("64:ff9b::cb00:7107"), key("203.0.113.7"));
+  const options = {
+    trustedProxies: parseCidrSet("10.0.0.0/8").set,
+    forwardedHeader: "x-forwarded-for",
+  } as const;
+  const proxy = { remoteAddr: { hostname: "10.0.0.1" } };
+  const keyOf = createCallerKey(options);
+  assert.equal(
+    keyOf(new Headers({ "x-forwarded-for": "64:ff9b::203.0.113.7" }), proxy),
+    "203.0.113.7",
+  );
+  assert.equal(truncatedAddress("64:ff9b::203.0.113.7"), "203.0.113.0");
 });
 
 Deno.test("callerKey() is the peer address; IPv4-mapped peers share the IPv4 key", () => {

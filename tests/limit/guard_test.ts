@@ -16,6 +16,7 @@ import { openRedisStore } from "../../lib/limit/redis.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
 import {
   GuardedStore,
+  LAST_DECISIONS_LIMIT,
   type StoreFailurePolicy,
   type StoreIncident,
   StoreTimeoutError,
@@ -282,3 +283,41 @@ for (
     }
   });
 }
+
+Deno.test("a preflight's peek is answered from local state: 3,000 of them from a caller at 0 cost no store call", async () => {
+  const { store, guard, advance } = guarded("closed");
+  const spent: Decision = { allowed: false, remaining: 0, resetSeconds: 30 };
+  store.hit = () => {
+    store.calls++;
+    return Promise.resolve(spent);
+  };
+  assert.deepEqual(await guard.hit("caller", 1_000_000), spent);
+  const calls = store.calls;
+  for (let i = 0; i < 3000; i++) {
+    const peeked = guard.peek("caller", 1_000_000 + i);
+    assert.ok(!(peeked instanceof Promise), "answered synchronously");
+    assert.deepEqual(peeked, {
+      allowed: true,
+      remaining: 0,
+      resetSeconds: 30 - Math.floor(i / 1000),
+    });
+  }
+  assert.equal(store.calls, calls, "no store round trip");
+  // A caller this instance has not seen: a fresh window, still no call; a past reset likewise.
+  assert.deepEqual(guard.peek("other", 0), { allowed: true, remaining: 60, resetSeconds: 0 });
+  advance(0);
+  assert.deepEqual(guard.peek("caller", 1_000_000 + 30_000), {
+    allowed: true,
+    remaining: 60,
+    resetSeconds: 0,
+  });
+  assert.equal(store.calls, calls);
+});
+
+Deno.test("the last decisions a guard keeps for preflights are bounded", async () => {
+  const { guard } = guarded("closed");
+  for (let i = 0; i <= LAST_DECISIONS_LIMIT; i++) await guard.hit(`caller ${i}`, 0);
+  // The map started again at the cap: the first caller is forgotten, the last one kept.
+  assert.deepEqual(guard.peek("caller 0", 0), { allowed: true, remaining: 60, resetSeconds: 0 });
+  assert.deepEqual(guard.peek(`caller ${LAST_DECISIONS_LIMIT}`, 0), ANSWER);
+});

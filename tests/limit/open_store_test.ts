@@ -67,7 +67,7 @@ Deno.test("every store setting problem is listed at once, without the Redis pass
   const errors = result.ok ? [] : result.errors;
   assert.deepEqual(errors, [
     'RATE_LIMIT_STORE must be memory, kv or redis, got "memcached"',
-    'REDIS_URL must be a redis:// or rediss:// URL, got "http://user:***@cache.example/"',
+    'REDIS_URL must be a redis:// or rediss:// URL, got "http://user:***@cache.example"',
     "RATE_LIMIT_STORE_TIMEOUT_MS must be from 1 to 60000, got 0",
     'RATE_LIMIT_ON_STORE_ERROR must be open or closed, got "maybe"',
   ]);

@@ -1,63 +1,83 @@
 /**
  * Tests of the entry picker of `deno task start` (lib/server/entry.ts) on real files in a temporary
- * folder, their modification times set: the bundle when it is fresh, built when stale, the sources
- * with a warning when it cannot be built.
+ * folder: the bundle when it was built from the sources as they are (their digest), built when
+ * stale, the sources with a warning when it cannot be built.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { BUNDLE, bundleIsFresh, pickEntry } from "../../lib/server/entry.ts";
+import { BUNDLE, bundleIsFresh, pickEntry, stampBundle } from "../../lib/server/entry.ts";
 
-/** A checkout with main.ts and lib/a.ts at `sourceSecond`, and the bundle at `bundleSecond`. */
-function checkout(sourceSecond: number, bundleSecond?: number): string {
+/** A checkout with main.ts and lib/server/a.ts, and a bundle stamped from them when `built`. */
+async function checkout(built: boolean): Promise<string> {
   const root = Deno.makeTempDirSync();
   Deno.mkdirSync(`${root}/lib/server`, { recursive: true });
-  for (const path of ["main.ts", "lib/server/a.ts"]) {
-    Deno.writeTextFileSync(`${root}/${path}`, "");
-    Deno.utimeSync(`${root}/${path}`, sourceSecond, sourceSecond);
-  }
-  if (bundleSecond !== undefined) writeBundle(root, bundleSecond);
+  Deno.writeTextFileSync(`${root}/main.ts`, "import './lib/server/a.ts';\n");
+  Deno.writeTextFileSync(`${root}/lib/server/a.ts`, "export const a = 1;\n");
+  if (built) await writeBundle(root);
   return root;
 }
 
-function writeBundle(root: string, second: number): void {
+/** What `deno task build` does: the bundle, then its stamp. */
+async function writeBundle(root: string): Promise<void> {
   Deno.mkdirSync(`${root}/dist/app`, { recursive: true });
   Deno.writeTextFileSync(`${root}/${BUNDLE}`, "");
-  Deno.utimeSync(`${root}/${BUNDLE}`, second, second);
+  await stampBundle(root);
 }
 
-Deno.test("pickEntry() runs a bundle at least as new as every source, without building", async () => {
+Deno.test("pickEntry() runs a bundle built from the sources as they are, without building", async () => {
   let builds = 0;
   const build = () => (builds++, Promise.resolve(undefined));
-  assert.deepEqual(await pickEntry(checkout(100, 100), { build }), { entry: BUNDLE });
-  assert.deepEqual(await pickEntry(checkout(100, 200), { build }), { entry: BUNDLE });
+  const root = await checkout(true);
+  assert.deepEqual(await pickEntry(root, { build }), { entry: BUNDLE });
+  // A newer time on an unchanged source (a checkout, a touch) needs no rebuild.
+  Deno.utimeSync(`${root}/lib/server/a.ts`, 4_000_000_000, 4_000_000_000);
+  assert.deepEqual(await pickEntry(root, { build }), { entry: BUNDLE });
   assert.equal(builds, 0);
 });
 
-Deno.test("pickEntry() builds a bundle that is missing or older than a source, then runs it", async () => {
-  for (const root of [checkout(200), checkout(200, 100)]) {
-    const build = () => (writeBundle(root, 300), Promise.resolve(undefined));
+Deno.test("pickEntry() builds a bundle that is missing or stale, then runs it", async () => {
+  const stale = await checkout(true);
+  Deno.writeTextFileSync(`${stale}/lib/server/a.ts`, "export const a = 2;\n");
+  for (const root of [await checkout(false), stale]) {
+    let builds = 0;
+    const build = async () => (builds++, await writeBundle(root), undefined);
     assert.deepEqual(await pickEntry(root, { build }), { entry: BUNDLE });
+    assert.equal(builds, 1);
   }
 });
 
+Deno.test("a lib/ file restored with an older time, other content, makes the bundle stale (rsync -a, tar, cp -p)", async () => {
+  const root = await checkout(true);
+  Deno.utimeSync(`${root}/${BUNDLE}`, 2_000_000_000, 2_000_000_000);
+  Deno.writeTextFileSync(`${root}/lib/server/a.ts`, "export const a = 'reviewed? no';\n");
+  Deno.utimeSync(`${root}/lib/server/a.ts`, 1, 1);
+  assert.equal(await bundleIsFresh(root), false);
+  // A file added anywhere under lib/ too, and the lock.
+  const again = await checkout(true);
+  Deno.mkdirSync(`${again}/lib/deep/er`, { recursive: true });
+  Deno.writeTextFileSync(`${again}/lib/deep/er/b.ts`, "");
+  Deno.utimeSync(`${again}/lib/deep/er/b.ts`, 1, 1);
+  assert.equal(await bundleIsFresh(again), false);
+  const locked = await checkout(true);
+  Deno.writeTextFileSync(`${locked}/deno.lock`, "{}");
+  assert.equal(await bundleIsFresh(locked), false);
+});
+
 Deno.test("pickEntry() runs main.ts with one warning when the stale bundle cannot be built", async () => {
-  const root = checkout(200, 100);
+  const root = await checkout(true);
+  Deno.writeTextFileSync(`${root}/main.ts`, "// edited\n");
   const picked = await pickEntry(root, {
     build: () => Promise.resolve("error: Permission denied (os error 13)"),
   });
   assert.equal(picked.entry, "main.ts");
-  assert.match(picked.warning!, /older than the sources.*Permission denied.*deno task build/);
+  assert.match(
+    picked.warning!,
+    /not built from the sources as they are.*Permission denied.*deno task build/,
+  );
   assert.ok(!picked.warning!.includes("\n"));
   // A build that succeeds but leaves the bundle stale is no bundle to run either.
   const stale = await pickEntry(root, { build: () => Promise.resolve(undefined) });
   assert.equal(stale.entry, "main.ts");
-});
-
-Deno.test("bundleIsFresh() compares with every file under lib/, however deep", () => {
-  const root = checkout(100, 200);
-  assert.equal(bundleIsFresh(root), true);
-  Deno.utimeSync(`${root}/lib/server/a.ts`, 300, 300);
-  assert.equal(bundleIsFresh(root), false);
 });
