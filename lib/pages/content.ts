@@ -22,7 +22,8 @@
 import { apiReferenceMarkdown } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { once } from "../once.ts";
-import { type PageMeta, renderPage, type Site } from "./layout.ts";
+import { markdownLinksToTwins, type PageMeta, renderPage, type Site } from "./layout.ts";
+import { sitemapXml } from "./sitemap.ts";
 import type { Prerendered } from "./prerender.ts";
 
 /**
@@ -47,7 +48,7 @@ function staticDir(here: string | undefined): string {
 export interface Page {
   /** Layout metadata (title, description, path). */
   readonly meta: PageMeta;
-  /** The Markdown, placeholders filled. */
+  /** The Markdown, placeholders filled, its links to pages led to their twins (`layout.ts`). */
   readonly markdown: string;
   /** The whole HTML document. */
   readonly html: string;
@@ -72,8 +73,10 @@ export interface Content {
   openapi: string;
   /** `/llms.txt`. */
   llms: string;
-  /** `/robots.txt`. */
+  /** `/robots.txt`, with the `Content-Signal` and `Sitemap` lines. */
   robots: string;
+  /** `/sitemap.xml`: the pages and their Markdown twins. */
+  sitemap: string;
   /** `/.well-known/api-catalog`. */
   apiCatalog: string;
   /** `/style.css`: the pages' only stylesheet. */
@@ -230,7 +233,7 @@ export function loadContent(
   const dir = options.dir ?? STATIC_DIR;
   const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
   const values = placeholders(config);
-  const loaded = readStaticFiles(dir, read, values);
+  const loaded = readStaticFiles(dir, read, values, config.contentSignal);
   if (!loaded.ok) return loaded;
   const { files, raw, openapiDocument } = loaded;
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
@@ -251,8 +254,8 @@ export function loadContent(
   const content: Content = {
     platformJson: platformJson(config),
     platformMarkdown: files["platform.md"],
-    home: page("index.md", files["index.md"], "/", "/"),
-    developers: page("developers.md", files["developers.md"], "/developers", "/developers"),
+    home: page("index.md", files["index.md"], "/", "/index.html.md"),
+    developers: page("developers.md", files["developers.md"], "/developers", "/developers.md"),
     deprecationPolicy: page(
       "deprecation-policy.md",
       files["deprecation-policy.md"],
@@ -266,6 +269,9 @@ export function loadContent(
     },
     llms: files["llms.txt"],
     robots: files["robots.txt"],
+    get sitemap() {
+      return sitemapXml(config.baseUrl);
+    },
     stylesheet: files["style.css"],
     icon: files["favicon.svg"],
     apiCatalog: apiCatalogJson(config.baseUrl),
@@ -284,6 +290,7 @@ function readStaticFiles(
   dir: string,
   read: (path: string) => string,
   values: Record<string, string>,
+  contentSignal: string,
 ):
   | { ok: true; files: FilledTexts; raw: StaticTexts; openapiDocument: unknown }
   | { ok: false; errors: string[] } {
@@ -310,7 +317,9 @@ function readStaticFiles(
       continue;
     }
     sources[name] = raw;
-    const filled = fillStaticFile(name, raw, values);
+    const filled = name === "robots.txt"
+      ? fillStaticFile(name, raw, { ...robotsValues(values), content_signal: contentSignal })
+      : fillStaticFile(name, raw, values);
     if (filled.error !== undefined) errors.push(filled.error);
     if (filled.text !== undefined && name !== "openapi.json") files[name] = filled.text;
     if (name === "openapi.json") openapiDocument = filled.json;
@@ -347,6 +356,20 @@ function fillStaticFile(
   return filled.unknown.length > 0
     ? { text: filled.text, error: unknownMessage(name, filled.unknown) }
     : { text: filled.text };
+}
+
+/**
+ * The values as robots.txt takes them: one line each (a line break or other control character
+ * becomes a space), so that no value can add a rule or end a comment (RFC 9309 section 2.2).
+ * `{{content_signal}}` is robots.txt's own placeholder: the validated `CONTENT_SIGNAL`.
+ */
+function robotsValues(values: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(
+    // deno-lint-ignore no-control-regex
+    Object.entries(values).map((
+      [name, value],
+    ) => [name, value.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, " ")]),
+  );
 }
 
 function messageOf(error: unknown): string {
@@ -513,6 +536,7 @@ function pageBuilder(
       : markdown;
   return (file, text, path, markdownPath) => {
     const markdown = once(() => withReference(text));
+    const served = once(() => markdownLinksToTwins(markdown(), config.baseUrl));
     const meta = once((): PageMeta => {
       const head = blocksBeforeReference(text);
       const title = head === undefined ? undefined : titleOf(head);
@@ -531,7 +555,7 @@ function pageBuilder(
         return meta();
       },
       get markdown() {
-        return markdown();
+        return served();
       },
       get html() {
         return html();

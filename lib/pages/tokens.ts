@@ -8,9 +8,10 @@
  * for the same text, and Cloudflare does not say which encoding its own count uses.
  *
  * The encoding is a 2.4 MB module: parsing it takes about a quarter of a second and keeps tens of
- * MiB resident, so it is imported when the first Markdown representation is built (that path's
- * first request), never before the first response nor by the warm-up (lib/README.md, "Cold
- * start"). Each body is counted once, when its representation is built.
+ * MiB resident, so it is imported when the first Markdown representation is built, by the warm-up
+ * (0.5 s after start-up) or by a Markdown request before it, never before the first response
+ * (lib/README.md, "Cold start"); a first request for JSON or HTML does not wait for it. Each body
+ * is counted once, when its representation is built.
  *
  * @module
  */
