@@ -364,11 +364,10 @@ function fillStaticFile(
  * `{{content_signal}}` is robots.txt's own placeholder: the validated `CONTENT_SIGNAL`.
  */
 function robotsValues(values: Record<string, string>): Record<string, string> {
+  // deno-lint-ignore no-control-regex
+  const controls = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
   return Object.fromEntries(
-    // deno-lint-ignore no-control-regex
-    Object.entries(values).map((
-      [name, value],
-    ) => [name, value.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, " ")]),
+    Object.entries(values).map(([name, value]) => [name, value.replace(controls, " ")]),
   );
 }
 
