@@ -23,7 +23,6 @@ import {
 } from "./pages/layout.ts";
 import { memoize, preferredType } from "./http/negotiate.ts";
 import { buildRepresentation, type Representation } from "./http/representation.ts";
-import { loadTokenCounter, TOKENS_FIELD } from "./pages/tokens.ts";
 
 /**
  * Thrown by {@linkcode Route.pick} when the chosen representation is a Markdown one not built yet:
@@ -63,6 +62,9 @@ export interface Route {
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
+
+/** The field carrying a Markdown body's size in tokens (`pages/tokens.ts`). */
+export const TOKENS_FIELD = "x-markdown-tokens";
 
 /** The methods every route allows. */
 export const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
@@ -218,10 +220,13 @@ function markdownRepresentation(
   fields: () => readonly HeaderField[],
 ): Deferred {
   return deferred(async () => {
-    const count = await loadTokenCounter();
+    // Imported, not loaded with the routes: the bundle keeps it apart, and it starts itself as a
+    // worker that loads the tokenizer (lib/README.md, "Cold start").
+    const { countTokens } = await import("./pages/tokens.ts");
     const text = body();
+    const tokens = await countTokens(text);
     return buildRepresentation(type, text, {
-      headers: [...fields(), [TOKENS_FIELD, String(count(text))], ...COMMON_FIELDS],
+      headers: [...fields(), [TOKENS_FIELD, String(tokens)], ...COMMON_FIELDS],
     });
   }, true);
 }
