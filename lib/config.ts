@@ -56,6 +56,8 @@ export interface Config extends StoreSettings {
   sunset: Date | undefined;
   /** Whether one JSON line per request is written to stdout. */
   accessLog: boolean;
+  /** `CONTENT_SIGNAL`, normalised: the `Content-Signal` of robots.txt and of HTML and Markdown responses. */
+  contentSignal: string;
 }
 
 /** The outcome of {@linkcode loadConfig}: a config, or every problem found. */
@@ -95,6 +97,7 @@ export const ENV_NAMES = [
   "DEPRECATION_DATE",
   "SUNSET_DATE",
   "ACCESS_LOG",
+  "CONTENT_SIGNAL",
 ] as const;
 
 /** One of {@linkcode ENV_NAMES}. */
@@ -147,8 +150,45 @@ export function loadConfig(env: Env): ConfigResult {
     ...proxies,
     ...removal,
     accessLog,
+    contentSignal: contentSignalOf(read("CONTENT_SIGNAL"), errors),
   };
   return errors.length > 0 ? { ok: false, errors } : { ok: true, config };
+}
+
+/** The keys of the Content Signals Policy (contentsignals.org), in the order the service writes them. */
+export const CONTENT_SIGNAL_KEYS = ["search", "ai-input", "ai-train"] as const;
+
+/**
+ * The default `CONTENT_SIGNAL`: a public discovery directory wants to be found and quoted (search,
+ * ai-input), and reserves training (lib/pages/README.md, "Content signals").
+ */
+export const DEFAULT_CONTENT_SIGNAL = "search=yes, ai-input=yes, ai-train=no";
+
+/**
+ * `CONTENT_SIGNAL`: each of {@linkcode CONTENT_SIGNAL_KEYS} once, `yes` or `no`, comma-separated in
+ * any order; normalised to that order and `, ` so it can go into robots.txt and a header as is.
+ */
+function contentSignalOf(raw: string | undefined, errors: string[]): string {
+  if (raw === undefined) return DEFAULT_CONTENT_SIGNAL;
+  const values = new Map<string, string>();
+  for (const entry of raw.split(",")) {
+    const match = /^\s*([a-z-]+)\s*=\s*(yes|no)\s*$/.exec(entry);
+    const key = match?.[1];
+    if (!match || !CONTENT_SIGNAL_KEYS.some((known) => known === key) || values.has(key!)) {
+      values.clear();
+      break;
+    }
+    values.set(key!, match[2]!);
+  }
+  if (values.size !== CONTENT_SIGNAL_KEYS.length) {
+    errors.push(
+      `CONTENT_SIGNAL must give search, ai-input and ai-train each once as yes or no (e.g. ${DEFAULT_CONTENT_SIGNAL}), got ${
+        JSON.stringify(raw.slice(0, 200))
+      }`,
+    );
+    return DEFAULT_CONTENT_SIGNAL;
+  }
+  return CONTENT_SIGNAL_KEYS.map((key) => `${key}=${values.get(key)}`).join(", ");
 }
 
 /** Reads variables (trimmed; empty is unset) and gathers every problem found in `errors`. */

@@ -40,7 +40,7 @@ import {
   type ServiceTemplates,
 } from "./respond/service_templates.ts";
 import { once } from "./once.ts";
-import { buildRoutes, type Route } from "./routes.ts";
+import { buildRoutes, RepresentationPendingError, type Route } from "./routes.ts";
 import { later } from "./timer.ts";
 import type { WarmUpOptions } from "./warm_up.ts";
 
@@ -204,7 +204,8 @@ function lastRouteFirst(
 
 /**
  * The response to a decided request. An unusual `Accept` or `Accept-Encoding` first waits for
- * negotiator (loaded once per process), then is chosen again with the same decision.
+ * negotiator (loaded once per process), and a Markdown representation not built yet for its build
+ * (its tokens counted, `routes.ts`); then the request is chosen again with the same decision.
  */
 function answerWith(
   cache: ResponseCache,
@@ -214,14 +215,25 @@ function answerWith(
   route: RouteTemplates | undefined,
   decision: Decision,
 ) => Response | Promise<Response> {
-  return (request, route, decision) => {
+  const answer = (
+    request: Request,
+    route: RouteTemplates | undefined,
+    decision: Decision,
+  ): Response | Promise<Response> => {
     try {
       return cache.respond(choose(request, route, decision), decision);
     } catch (error) {
-      if (!(error instanceof NegotiatorNotLoadedError)) throw error;
-      return loadNegotiator().then(() => cache.respond(choose(request, route, decision), decision));
+      const until = error instanceof RepresentationPendingError
+        ? error.until
+        : error instanceof NegotiatorNotLoadedError
+        ? loadNegotiator()
+        : undefined;
+      if (until === undefined) throw error;
+      // Chosen again once ready: a Markdown representation may need negotiator next, or the reverse.
+      return until.then(() => answer(request, route, decision));
     }
   };
+  return answer;
 }
 
 /** `handler` with `ready`, which builds the eager routes when first read (see {@linkcode ServiceHandler}). */
@@ -235,7 +247,7 @@ function withReady(handler: Handler, templates: ServiceTemplates): ServiceHandle
 /** Builds the representations of every route that needs no npm package; a failure is left to its path. */
 function prepareEagerRoutes(templates: ServiceTemplates): Promise<void> {
   const eager = [...new Set(templates.routes.values())].filter((route) => route.eager);
-  return Promise.all(eager.map((route) => route.prepare().catch(() => {}))).then(() => {});
+  return Promise.all(eager.map((route) => route.prepareAll().catch(() => {}))).then(() => {});
 }
 
 /**

@@ -24,22 +24,47 @@ import {
 import { memoize, preferredType } from "./http/negotiate.ts";
 import { buildRepresentation, type Representation } from "./http/representation.ts";
 
+/**
+ * Thrown by {@linkcode Route.pick} when the chosen representation is a Markdown one not built yet:
+ * its token count waits for the tokenizer, which the path's first request and the warm-up do not
+ * load (`pages/tokens.ts`). The handler answers once `until` has resolved, with the same decision.
+ */
+export class RepresentationPendingError extends Error {
+  /** Resolves once the representation is built. */
+  readonly until: Promise<unknown>;
+  constructor(until: Promise<unknown>) {
+    super("a Markdown representation is being built (its tokens counted)");
+    this.until = until;
+  }
+}
+
 /** One public path. */
 export interface Route {
-  /** The representation for an `Accept` value (memoised); only once `prepare()` has resolved. */
+  /**
+   * The representation for an `Accept` value (memoised); only once `prepare()` has resolved. A
+   * negotiated Markdown representation not built yet throws {@linkcode RepresentationPendingError}.
+   */
   pick: (accept: string | null) => Representation;
-  /** Every representation of the path (for warming up); only once `prepare()` has resolved. */
+  /** The representations of the path built so far (for warming up); once `prepare()` has resolved. */
   representations: () => Representation[];
   /**
    * Builds the path's representations, once (their ETags are digests from Web Crypto, asynchronous;
    * pages wait for `marked` first). The first request of a path waits for it.
    */
   prepare: () => Promise<void>;
-  /** Whether `handler.ready` builds it: its `prepare()` imports nothing (pages need `marked`). */
+  /** Builds every representation of the path, once: `prepare()`'s and the Markdown ones (tests). */
+  prepareAll: () => Promise<void>;
+  /**
+   * Whether `handler.ready` builds it (with `prepareAll()`): all but the pages, whose `prepare()`
+   * may import `marked`.
+   */
   eager: boolean;
   /** Fields on every response of this path, errors included (Link, Deprecation, Sunset). */
   fields: readonly HeaderField[];
 }
+
+/** The field carrying a Markdown body's size in tokens (`pages/tokens.ts`). */
+export const TOKENS_FIELD = "x-markdown-tokens";
 
 /** The methods every route allows. */
 export const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
@@ -72,6 +97,7 @@ export const TYPES = {
   css: "text/css; charset=utf-8",
   svg: "image/svg+xml",
   linkset: 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"',
+  xml: "application/xml; charset=utf-8",
 } as const;
 
 const NEGOTIATED: HeaderField = ["vary", "Accept, Accept-Encoding"];
@@ -107,17 +133,23 @@ export function discoveryFields(config: Config): HeaderField[] {
  */
 export function buildRoutes(config: Config, content: Content): Map<string, Route> {
   const discovery = discoveryFields(config);
+  // contentsignals.org: how the content may be used, on every HTML and Markdown response.
+  const signal: HeaderField = ["content-signal", config.contentSignal];
   const platform = negotiatedRoute(
     lazyRepresentation(TYPES.json, () => content.platformJson, () => [NEGOTIATED, ...discovery]),
-    lazyRepresentation(
+    markdownRepresentation(
       TYPES.markdown,
       () => content.platformMarkdown,
-      () => [NEGOTIATED, ...discovery],
+      () => [NEGOTIATED, signal, ...discovery],
     ),
     "application/json",
     discovery,
   );
-  const developers = pageRoute(content.developers, content, "developers.md");
+  const page = (which: Page, file: PageFile) => pageRoute(which, content, { file, signal });
+  const twin = (which: Page) =>
+    markdownRoute(TYPES.markdown, () => which.markdown, [NOT_NEGOTIATED, signal]);
+  const developers = page(content.developers, "developers.md");
+  const developersTwin = twin(content.developers);
   const openapi = textRoute(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as route fields.
@@ -129,22 +161,21 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
   );
   return new Map<string, Route>([
     ["/api/v1/platform", platform],
-    ["/", pageRoute(content.home, content, "index.md")],
+    ["/", page(content.home, "index.md")],
+    ["/index.html.md", twin(content.home)],
     ["/developers", developers],
+    ["/developers.md", developersTwin],
     ["/api", developers],
-    [
-      "/developers/deprecation-policy",
-      pageRoute(content.deprecationPolicy, content, "deprecation-policy.md"),
-    ],
-    [
-      "/developers/deprecation-policy.md",
-      textRoute(TYPES.markdown, () => content.deprecationPolicy.markdown),
-    ],
+    ["/api.md", developersTwin],
+    ["/developers/deprecation-policy", page(content.deprecationPolicy, "deprecation-policy.md")],
+    ["/developers/deprecation-policy.md", twin(content.deprecationPolicy)],
     ["/openapi.json", openapi],
     ["/openapi", openapi],
-    ["/llms.txt", textRoute(TYPES.text, () => content.llms)],
+    // llms.txt is Markdown served as text/plain (llmstxt.org): counted and signalled like it.
+    ["/llms.txt", markdownRoute(TYPES.text, () => content.llms, [NOT_NEGOTIATED, signal])],
     // Crawlers may index the portal (RFC 9309); counted like every path.
     ["/robots.txt", textRoute(TYPES.text, () => content.robots)],
+    ["/sitemap.xml", textRoute(TYPES.xml, () => content.sitemap)],
     [API_CATALOG_PATH, fixedRoute(catalog, [catalogLink])],
     [STYLESHEET_PATH, fixedRoute(assetRepresentation(TYPES.css, content.stylesheet))],
     [ICON_PATH, fixedRoute(assetRepresentation(TYPES.svg, content.icon))],
@@ -153,22 +184,51 @@ export function buildRoutes(config: Config, content: Content): Map<string, Route
 
 /** A representation built once by `build()` and read by `get()` after that has resolved. */
 interface Deferred {
-  /** The built representation; throws before `build()` has resolved. */
+  /**
+   * The built representation; before `build()` has resolved, throws (a Markdown one
+   * {@linkcode RepresentationPendingError}, having started `build()`).
+   */
   get: () => Representation;
+  /** The built representation, or `undefined` before `build()` has resolved. */
+  built: () => Representation | undefined;
   /** Builds the representation, once. */
   build: () => Promise<Representation>;
 }
 
-/** The {@linkcode Deferred} of what `make` builds. */
-function deferred(make: () => Promise<Representation>): Deferred {
+/** The {@linkcode Deferred} of what `make` builds; `pending` when it may be read before. */
+function deferred(make: () => Promise<Representation>, pending = false): Deferred {
   let built: Representation | undefined;
+  const build = once(async () => built = await make());
   return {
     get: () => {
-      if (built === undefined) throw new Error("a representation was read before it was built");
-      return built;
+      if (built !== undefined) return built;
+      if (pending) throw new RepresentationPendingError(build());
+      throw new Error("a representation was read before it was built");
     },
-    build: once(async () => built = await make()),
+    built: () => built,
+    build,
   };
+}
+
+/**
+ * A Markdown representation (or llms.txt) built the first time it is needed, with its token count
+ * ({@linkcode TOKENS_FIELD}) counted then, once: its 200, HEAD and 304 carry the same count.
+ */
+function markdownRepresentation(
+  type: string,
+  body: () => string,
+  fields: () => readonly HeaderField[],
+): Deferred {
+  return deferred(async () => {
+    // Imported, not loaded with the routes: the bundle keeps it apart, and it starts itself as a
+    // worker that loads the tokenizer (lib/README.md, "Cold start").
+    const { countTokens } = await import("./pages/tokens.ts");
+    const text = body();
+    const tokens = await countTokens(text);
+    return buildRepresentation(type, text, {
+      headers: [...fields(), [TOKENS_FIELD, String(tokens)], ...COMMON_FIELDS],
+    });
+  }, true);
 }
 
 /**
@@ -197,12 +257,14 @@ function assetRepresentation(type: string, body: string): Deferred {
 
 /** A path with one representation. */
 function fixedRoute(representation: Deferred, fields: readonly HeaderField[] = []): Route {
+  const prepare = once(async () => {
+    await representation.build();
+  });
   return {
     pick: representation.get,
     representations: () => [representation.get()],
-    prepare: once(async () => {
-      await representation.build();
-    }),
+    prepare,
+    prepareAll: prepare,
     eager: true,
     fields,
   };
@@ -211,6 +273,11 @@ function fixedRoute(representation: Deferred, fields: readonly HeaderField[] = [
 /** A path of one text file, not negotiated. */
 function textRoute(type: string, body: () => string): Route {
   return fixedRoute(lazyRepresentation(type, body, () => [NOT_NEGOTIATED]));
+}
+
+/** A path of one Markdown text, not negotiated: its first request loads the tokenizer. */
+function markdownRoute(type: string, body: () => string, fields: readonly HeaderField[]): Route {
+  return fixedRoute(markdownRepresentation(type, body, () => fields));
 }
 
 /** A path with a default representation and a Markdown one, chosen by `Accept`. */
@@ -228,12 +295,20 @@ function negotiatedRoute(
   const choose = memoize((accept) =>
     byType[preferredType(accept, [defaultType, "text/markdown"])]!.get()
   );
+  const prepare = once(async () => {
+    await before?.();
+    await defaultRep.build();
+  });
   return {
     pick: choose,
-    representations: () => [defaultRep.get(), markdownRep.get()],
-    prepare: once(async () => {
-      await before?.();
-      await Promise.all([defaultRep.build(), markdownRep.build()]);
+    representations: () =>
+      [defaultRep.built(), markdownRep.built()].filter((built) => built !== undefined),
+    // The Markdown one is built when first chosen (RepresentationPendingError): its token count
+    // needs the tokenizer, which a first request for the default must not wait for.
+    prepare,
+    prepareAll: once(async () => {
+      await prepare();
+      await markdownRep.build();
     }),
     eager: before === undefined,
     fields,
@@ -245,16 +320,21 @@ function negotiatedRoute(
  * alternate and the OpenAPI description in `Link` too, the same links as their `<link>` elements
  * (RFC 8288), for clients that read headers only (HEAD).
  */
-function pageRoute(page: Page, content: Content, file: PageFile): Route {
+function pageRoute(
+  page: Page,
+  content: Content,
+  options: { file: PageFile; signal: HeaderField },
+): Route {
   return negotiatedRoute(
     lazyRepresentation(TYPES.html, () => page.html, () => [
       NEGOTIATED,
       ...HTML_FIELDS,
+      options.signal,
       ["link", linkHeader(pageLinks(page.meta, content.site))],
     ]),
-    lazyRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED]),
+    markdownRepresentation(TYPES.markdown, () => page.markdown, () => [NEGOTIATED, options.signal]),
     "text/html",
     [],
-    () => content.prepareMarkdown(file),
+    () => content.prepareMarkdown(options.file),
   );
 }

@@ -69,9 +69,9 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
     }
     setTimeout(next, 0);
   };
-  // Pages need the Markdown renderer and every route its representations (ETags from Web Crypto):
-  // build them first (a failure is reported by the step that needs the route).
-  const prepare = () => Promise.all([...routes].map((route) => route.prepare().catch(() => {})));
+  // Pages need the Markdown renderer, Markdown representations the tokenizer (`pages/tokens.ts`),
+  // and every route its representations (ETags from Web Crypto): build them first (a failure is reported by the step that needs the route).
+  const prepare = () => Promise.all([...routes].map((route) => route.prepareAll().catch(() => {})));
   // Not setTimeout: its first use loads Node's timers, which the first response would wait for.
   later(options.delayMs ?? WARM_UP_DELAY_MS, () => {
     started = performance.now();

@@ -306,6 +306,6 @@ export async function preparedRoutes(
   content: Content,
 ): Promise<Map<string, Route>> {
   const routes = buildRoutes(config, content);
-  await Promise.all([...routes.values()].map((route) => route.prepare()));
+  await Promise.all([...routes.values()].map((route) => route.prepareAll()));
   return routes;
 }

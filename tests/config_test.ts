@@ -244,3 +244,30 @@ Deno.test("loadConfig() says one sentence per Redis topology problem, without ec
     "REDIS_URL is required with RATE_LIMIT_STORE=redis (e.g. redis://10.0.0.1:7000,redis://10.0.0.2:7000)",
   ]);
 });
+
+Deno.test("CONTENT_SIGNAL takes the three keys once each, yes or no, in any order, and is normalised", () => {
+  const signal = (value?: string) => {
+    const result = loadConfig(recordEnv(value === undefined ? {} : { CONTENT_SIGNAL: value }));
+    return result.ok ? result.config.contentSignal : result.errors;
+  };
+  assert.equal(signal(), "search=yes, ai-input=yes, ai-train=no");
+  assert.equal(
+    signal("ai-train=yes,ai-input=no,  search=no"),
+    "search=no, ai-input=no, ai-train=yes",
+  );
+  for (
+    const bad of [
+      "search=yes, ai-input=yes",
+      "search=yes, ai-input=yes, ai-train=no, search=no",
+      "search=yes, ai-input=yes, ai-train=No",
+      "search=yes, ai-input=yes, ai-training=no",
+      "search=yes; ai-input=yes; ai-train=no",
+      "search=yes, ai-input=yes, ai-train=no\nUser-agent: *",
+    ]
+  ) {
+    const errors = signal(bad);
+    assert.ok(Array.isArray(errors) && errors.length === 1, bad);
+    assert.match(errors[0]!, /^CONTENT_SIGNAL must give search, ai-input and ai-train each once/);
+    assert.doesNotMatch(errors[0]!, /\n/);
+  }
+});

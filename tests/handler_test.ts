@@ -635,13 +635,15 @@ Deno.test("an aborted warm-up stops after the step under way and does not report
   }
 });
 
-Deno.test("createHandler() builds no representation before it is needed: a path's first request builds its own, ready builds them all", async () => {
+Deno.test("createHandler() builds no representation before it is needed: a path's first request builds its own (JSON without its Markdown), ready builds them all", async () => {
   const config = testConfig();
   const content = testContent(config);
   const read: string[] = [];
   const counted = new Proxy(content, {
     get(target, name, receiver) {
-      if (name === "openapi" || name === "llms" || name === "platformJson") read.push(name);
+      if (["openapi", "llms", "platformJson", "platformMarkdown"].includes(String(name))) {
+        read.push(String(name));
+      }
       return Reflect.get(target, name, receiver);
     },
   });
@@ -651,9 +653,10 @@ Deno.test("createHandler() builds no representation before it is needed: a path'
     assert.deepEqual(read, [], "a body was read before any request");
     const { response } = await send(handler, "/api/v1/platform");
     assert.equal(response.status, 200);
+    // Not its Markdown: that one waits for the tokenizer (x-markdown-tokens), a JSON request never.
     assert.deepEqual(read, ["platformJson"]);
     await handler.ready;
-    assert.deepEqual(read.sort(), ["llms", "openapi", "platformJson"]);
+    assert.deepEqual(read.sort(), ["llms", "openapi", "platformJson", "platformMarkdown"]);
     const openapi = await send(handler, "/openapi.json");
     assert.equal(openapi.text, content.openapi);
   } finally {

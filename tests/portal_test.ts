@@ -88,9 +88,9 @@ Deno.test("GET /favicon.svg is the SVG icon, cacheable for an hour", async () =>
 Deno.test("HTML pages carry Link to their Markdown, the OpenAPI document and the API catalog, matching their <link> elements", async () => {
   const h = handler();
   const expected: Record<string, string> = {
-    "/": `${BASE}/`,
-    "/developers": `${BASE}/developers`,
-    "/api": `${BASE}/developers`,
+    "/": `${BASE}/index.html.md`,
+    "/developers": `${BASE}/developers.md`,
+    "/api": `${BASE}/developers.md`,
     "/developers/deprecation-policy": `${BASE}/developers/deprecation-policy.md`,
   };
   for (const path of PAGES) {
@@ -183,7 +183,7 @@ Deno.test("/developers carries the generated API reference in HTML and in Markdo
   assert.ok(!html.includes('id=""'));
 });
 
-Deno.test("a page's Markdown link is a plain link only where a browser can open it", async () => {
+Deno.test("a page's Markdown link is a plain link to its twin", async () => {
   const h = handler();
   const policy = await (await get(h, "/developers/deprecation-policy")).text();
   assert.ok(
@@ -191,9 +191,14 @@ Deno.test("a page's Markdown link is a plain link only where a browser can open 
       `<a href="${BASE}/developers/deprecation-policy.md" type="text/markdown">This page as Markdown</a>`,
     ),
   );
+  // Every page has a twin now (issue 33): a browser opens it like any link.
   const developers = await (await get(h, "/developers")).text();
-  assert.ok(!developers.includes(">This page as Markdown</a>"));
-  assert.ok(developers.includes("request it with <code>Accept: text/markdown</code>"));
+  assert.ok(
+    developers.includes(
+      `<a href="${BASE}/developers.md" type="text/markdown">This page as Markdown</a>`,
+    ),
+  );
+  assert.ok(!developers.includes("request it with <code>Accept: text/markdown</code>"));
 });
 
 Deno.test("the HTML 404 page uses the layout, keeps the strict CSP and links its hint", async () => {

@@ -81,6 +81,15 @@ const PATHS: readonly PathCase[] = [
     discovery: false,
   },
   { path: "/", type: HTML_TYPE, negotiated: true, discovery: false },
+  { path: "/index.html.md", type: MARKDOWN_TYPE, negotiated: false, discovery: false },
+  { path: "/developers.md", type: MARKDOWN_TYPE, negotiated: false, discovery: false },
+  { path: "/api.md", type: MARKDOWN_TYPE, negotiated: false, discovery: false },
+  {
+    path: "/sitemap.xml",
+    type: "application/xml; charset=utf-8",
+    negotiated: false,
+    discovery: false,
+  },
   { path: "/openapi.json", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/openapi", type: JSON_TYPE, negotiated: false, discovery: false },
   { path: "/llms.txt", type: TEXT_TYPE, negotiated: false, discovery: false },
@@ -347,17 +356,22 @@ Deno.test("RFC 9727: HEAD and GET of the API catalog, and every page, link to it
   );
 });
 
-Deno.test("/robots.txt lets crawlers index the portal, as text/plain, counted like every path", async () => {
+Deno.test("/robots.txt lets crawlers index the portal, with its content signal and sitemap, as text/plain, counted like every path", async () => {
   await using api = await open({ RATE_LIMIT: "5" });
   const reply = await api.call("/robots.txt");
   assert.equal(reply.status, 200);
   assert.equal(reply.headers.get("content-type"), TEXT_TYPE);
   assert.equal(reply.headers.get("ratelimit-remaining"), "4", "counted");
-  // The groups of RFC 9309 section 2.1: every crawler, nothing disallowed.
+  // The groups of RFC 9309 section 2.1: every crawler, nothing disallowed; the content signal
+  // (contentsignals.org) in the group, and the sitemap (issue 33).
   const rules = reply.text.split("\n").map((line) => line.replace(/#.*/, "").trim())
     .filter((line) => line !== "");
-  assert.deepEqual(rules, ["User-agent: *", "Allow: /"]);
-  assert.ok(!/sitemap:/i.test(reply.text), "no Sitemap line while no sitemap is served");
+  assert.deepEqual(rules, [
+    "User-agent: *",
+    "Content-Signal: search=yes, ai-input=yes, ai-train=no",
+    "Allow: /",
+    `Sitemap: ${api.server.config.baseUrl}/sitemap.xml`,
+  ]);
   const documented = api.contract.document.paths["/robots.txt"];
   assert.ok(documented, "the OpenAPI document lists /robots.txt");
 });

@@ -23,6 +23,7 @@ function route(representations: () => Representation[]): Route {
     pick: () => representations()[0]!,
     representations,
     prepare: () => Promise.resolve(),
+    prepareAll: () => Promise.resolve(),
     eager: true,
     fields: [],
   };

@@ -23,7 +23,8 @@ import { apiReferenceMarkdown, shellWord } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { escapeMarkdownText, markdownToPlainText, unescapeMarkdown } from "./escape.ts";
 import { once } from "../once.ts";
-import { type PageMeta, renderPage, type Site } from "./layout.ts";
+import { markdownLinksToTwins, type PageMeta, renderPage, type Site } from "./layout.ts";
+import { sitemapXml } from "./sitemap.ts";
 import type { Prerendered } from "./prerender.ts";
 
 /**
@@ -48,7 +49,7 @@ function staticDir(here: string | undefined): string {
 export interface Page {
   /** Layout metadata (title, description, path). */
   readonly meta: PageMeta;
-  /** The Markdown, placeholders filled. */
+  /** The Markdown, placeholders filled, its links to pages led to their twins (`layout.ts`). */
   readonly markdown: string;
   /** The whole HTML document. */
   readonly html: string;
@@ -73,8 +74,10 @@ export interface Content {
   openapi: string;
   /** `/llms.txt`. */
   llms: string;
-  /** `/robots.txt`. */
+  /** `/robots.txt`, with the `Content-Signal` and `Sitemap` lines. */
   robots: string;
+  /** `/sitemap.xml`: the pages and their Markdown twins. */
+  sitemap: string;
   /** `/.well-known/api-catalog`. */
   apiCatalog: string;
   /** `/style.css`: the pages' only stylesheet. */
@@ -335,7 +338,7 @@ export function loadContent(
   const dir = options.dir ?? STATIC_DIR;
   const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
   const values = placeholders(config);
-  const loaded = readStaticFiles(dir, read, values);
+  const loaded = readStaticFiles(dir, read, values, config.contentSignal);
   if (!loaded.ok) return loaded;
   const { files, raw, openapiDocument } = loaded;
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
@@ -356,8 +359,8 @@ export function loadContent(
   const content: Content = {
     platformJson: platformJson(config),
     platformMarkdown: files["platform.md"],
-    home: page("index.md", files["index.md"], "/", "/"),
-    developers: page("developers.md", files["developers.md"], "/developers", "/developers"),
+    home: page("index.md", files["index.md"], "/", "/index.html.md"),
+    developers: page("developers.md", files["developers.md"], "/developers", "/developers.md"),
     deprecationPolicy: page(
       "deprecation-policy.md",
       files["deprecation-policy.md"],
@@ -371,6 +374,9 @@ export function loadContent(
     },
     llms: files["llms.txt"],
     robots: files["robots.txt"],
+    get sitemap() {
+      return sitemapXml(config.baseUrl);
+    },
     stylesheet: files["style.css"],
     icon: files["favicon.svg"],
     apiCatalog: apiCatalogJson(config.baseUrl),
@@ -389,6 +395,7 @@ function readStaticFiles(
   dir: string,
   read: (path: string) => string,
   values: Record<string, string>,
+  contentSignal: string,
 ):
   | { ok: true; files: FilledTexts; raw: StaticTexts; openapiDocument: unknown }
   | { ok: false; errors: string[] } {
@@ -415,7 +422,9 @@ function readStaticFiles(
       continue;
     }
     sources[name] = raw;
-    const filled = fillStaticFile(name, raw, values);
+    const filled = name === "robots.txt"
+      ? fillStaticFile(name, raw, { ...robotsValues(values), content_signal: contentSignal })
+      : fillStaticFile(name, raw, values);
     if (filled.error !== undefined) errors.push(filled.error);
     if (filled.text !== undefined && name !== "openapi.json") files[name] = filled.text;
     if (name === "openapi.json") openapiDocument = filled.json;
@@ -455,6 +464,19 @@ function fillStaticFile(
   return filled.unknown.length > 0
     ? { text: filled.text, error: unknownMessage(name, filled.unknown) }
     : { text: filled.text };
+}
+
+/**
+ * The values as robots.txt takes them: one line each (a line break or other control character
+ * becomes a space), so that no value can add a rule or end a comment (RFC 9309 section 2.2).
+ * `{{content_signal}}` is robots.txt's own placeholder: the validated `CONTENT_SIGNAL`.
+ */
+function robotsValues(values: Record<string, string>): Record<string, string> {
+  // deno-lint-ignore no-control-regex
+  const controls = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+  return Object.fromEntries(
+    Object.entries(values).map(([name, value]) => [name, value.replace(controls, " ")]),
+  );
 }
 
 function messageOf(error: unknown): string {
@@ -621,6 +643,7 @@ function pageBuilder(
       : markdown;
   return (file, text, path, markdownPath) => {
     const markdown = once(() => withReference(text));
+    const served = once(() => markdownLinksToTwins(markdown(), config.baseUrl));
     const meta = once((): PageMeta => {
       const head = blocksBeforeReference(text);
       const title = head === undefined ? undefined : titleOf(head);
@@ -639,7 +662,7 @@ function pageBuilder(
         return meta();
       },
       get markdown() {
-        return markdown();
+        return served();
       },
       get html() {
         return html();

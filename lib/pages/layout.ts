@@ -63,6 +63,38 @@ export const NAV: ReadonlyArray<{ path: string; label: string }> = [
   { path: "/developers/deprecation-policy", label: "Deprecation policy" },
 ];
 
+/**
+ * Each page's Markdown twin (llmstxt.org: the page's URL with `.md` appended, `index.html.md` for a
+ * folder's URL), by the page's path: a plain `fetch` of a twin gets Markdown, no `Accept` needed.
+ * `/api`, the alias of `/developers`, has `/api.md` as the alias of its twin.
+ */
+export const MARKDOWN_TWINS: Readonly<Record<string, string>> = {
+  "/": "/index.html.md",
+  "/developers": "/developers.md",
+  "/developers/deprecation-policy": "/developers/deprecation-policy.md",
+};
+
+/**
+ * Rewrites the Markdown links of filled Markdown that lead to one of the portal's pages (or the
+ * bare base URL) to the page's Markdown twin ({@linkcode MARKDOWN_TWINS}), so that an agent reading
+ * Markdown and following a link gets Markdown again. Other links, link texts and code keep theirs.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(
+ *   markdownLinksToTwins("[a](https://x.example/developers#b) [c](https://x.example/) [d](https://x.example/openapi.json)", "https://x.example"),
+ *   "[a](https://x.example/developers.md#b) [c](https://x.example/index.html.md) [d](https://x.example/openapi.json)",
+ * );
+ * ```
+ */
+export function markdownLinksToTwins(markdown: string, baseUrl: string): string {
+  const paths = ["", ...Object.keys(MARKDOWN_TWINS)]
+    .sort((a, b) => b.length - a.length).map(escapeRegExp).join("|");
+  const link = new RegExp(`\\]\\(${escapeRegExp(baseUrl)}(${paths})(?=[)#])`, "g");
+  return markdown.replace(link, (_, path: string) => `](${baseUrl}${MARKDOWN_TWINS[path || "/"]}`);
+}
+
 /** Path of the stylesheet, relative to the base URL. */
 export const STYLESHEET_PATH = "/style.css";
 

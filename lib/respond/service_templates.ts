@@ -46,6 +46,8 @@ export interface RouteTemplates extends PathTemplates {
   ready: boolean;
   /** Makes the route ready. */
   prepare(): Promise<void>;
+  /** Makes the route ready and builds its Markdown representations too (`handler.ready`). */
+  prepareAll(): Promise<void>;
   /** Whether the route is made ready by `handler.ready` (see `Route.eager`). */
   readonly eager: boolean;
   /** The variants of the representation an `Accept` value selects (memoised). */
@@ -237,6 +239,10 @@ function routeTemplates(
     eager: route.eager,
     async prepare() {
       await route.prepare();
+      this.ready = true;
+    },
+    async prepareAll() {
+      await route.prepareAll();
       this.ready = true;
     },
     pick: memoize((accept) => setOf(route.pick(accept))),
