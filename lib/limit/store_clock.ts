@@ -225,12 +225,14 @@ export function stampedBy<S extends StampableStore>(store: S, clock: StoreClock)
 
 /** What {@linkcode stampedBy} needs of a store (the `local-first` one). */
 export interface StampableStore {
-  hit(key: string, now: number): Decision;
-  peek(key: string, now: number): Decision;
+  hit(key: string, now: number): Decision | Promise<Decision>;
+  peek(key: string, now: number): Decision | Promise<Decision>;
   close(): Promise<void>;
   sync(): Promise<void>;
   stats(): unknown;
   readonly synced: boolean;
+  /** Callers whose admitted hits the store has not acknowledged yet. */
+  readonly backlog: number;
 }
 
 class Stamped implements StampableStore {
@@ -242,11 +244,11 @@ class Stamped implements StampableStore {
     this.#clock = clock;
   }
 
-  hit(key: string, _now: number): Decision {
+  hit(key: string, _now: number): Decision | Promise<Decision> {
     return this.#store.hit(key, this.#clock.now());
   }
 
-  peek(key: string, _now: number): Decision {
+  peek(key: string, _now: number): Decision | Promise<Decision> {
     return this.#store.peek(key, this.#clock.now());
   }
 
@@ -260,6 +262,10 @@ class Stamped implements StampableStore {
 
   get synced(): boolean {
     return this.#store.synced;
+  }
+
+  get backlog(): number {
+    return this.#store.backlog;
   }
 
   clockOffsetMs(): number | undefined {

@@ -198,22 +198,6 @@ function generation(scenario: Scenario, instance: number, t: number): number {
   return (scenario.restarts ?? []).filter((r) => r.instance === instance && r.t <= t).length;
 }
 
-/**
- * When the caller's current stretch of activity at `instance` began: its first request there after
- * the last gap of a window or more (after such a gap the instance may have forgotten the caller).
- */
-function activeSince(requests: Scenario["requests"], instance: number, t: number): number {
-  let since = Number.NaN;
-  let previous = Number.NEGATIVE_INFINITY;
-  for (const r of requests) {
-    if (r.t > t) break;
-    if (r.instance !== instance) continue;
-    if (r.t - previous >= WINDOW_MS) since = r.t;
-    previous = r.t;
-  }
-  return since;
-}
-
 Deno.test("local-first admits at most limit + the requests the other processes took in the last D, in any window, across restarts", async () => {
   await fc.assert(
     fc.asyncProperty(scenarioArbitrary, async (scenario) => {
