@@ -284,9 +284,10 @@ Deno.test("Deno KV local-first: the others' stamps a sync brings back in this in
   }) as LocalFirstStore & { clockOffsetMs(): number | undefined };
   try {
     // The other instance's clock is 30 s ahead: its hits are stamped so.
-    ahead.hit("caller", Date.now() + 30_000);
+    // A caller's first request at an instance waits for the store's answer: await both.
+    await ahead.hit("caller", Date.now() + 30_000);
     await ahead.sync();
-    here.hit("caller", Date.now());
+    await here.hit("caller", Date.now());
     await here.sync();
     assert.equal(offsets.length, 1, `${offsets}`);
     assert.ok(Math.abs(offsets[0]! - 30_000) < 1000, `${offsets}`);
