@@ -123,9 +123,13 @@ async function compiledFlags(): Promise<string[]> {
   return (await compileTask()).filter((word) => /^--(allow|unstable)-/.test(word));
 }
 
-/** Runs `command` (the binary, or `deno run` with its flags) with the KV store in a fresh folder. */
-async function serveWithKv(command: string, args: string[]): Promise<{ kv: string }> {
-  const kv = join(Deno.makeTempDirSync(), "limits.sqlite");
+/** Runs `command` (the binary, or `deno run` with its flags) with the KV store in `folder`. */
+async function serveWithKv(
+  command: string,
+  args: string[],
+  folder = Deno.makeTempDirSync(),
+): Promise<{ kv: string }> {
+  const kv = join(folder, "limits.sqlite");
   const service = new Deno.Command(command, {
     args,
     cwd: Deno.makeTempDirSync(),
@@ -164,15 +168,18 @@ async function serveWithKv(command: string, args: string[]): Promise<{ kv: strin
 }
 
 Deno.test("the compile task's permissions and unstable flags are enough to serve with the KV store at KV_PATH", async () => {
-  const flags = await compiledFlags();
-  for (
-    const flag of ["--allow-net", "--allow-env", "--allow-read", "--allow-write", "--unstable-kv"]
-  ) {
+  // The state folder (deploy/discovery@.service's StateDirectory=) mapped to a temporary one;
+  // reading also this checkout, whose modules and static/ the binary embeds and reads without a grant.
+  const state = Deno.makeTempDirSync();
+  const flags = (await compiledFlags()).map((flag) => flag.replaceAll("/var/lib/discovery", state))
+    .map((flag) => flag.startsWith("--allow-read=") ? `${flag},${ROOT}` : flag);
+  for (const flag of ["--allow-net", `--allow-read=${state},${ROOT}`, `--allow-write=${state}`]) {
     assert.ok(flags.includes(flag), `${flag} in the compile task`);
   }
+  assert.ok(flags.includes("--unstable-kv"), "--unstable-kv in the compile task");
   // The same permissions under deno run, from any working directory (the binary cannot be built here
   // without a runtime base; this checks what it will be allowed).
-  await serveWithKv(Deno.execPath(), ["run", "--no-prompt", ...flags, MAIN, "--listen"]);
+  await serveWithKv(Deno.execPath(), ["run", "--no-prompt", ...flags, MAIN, "--listen"], state);
 });
 
 const DENORT = Deno.env.get("DENORT_BIN");
@@ -182,7 +189,10 @@ Deno.test({
   ignore: DENORT === undefined,
   async fn() {
     const out = join(Deno.makeTempDirSync(), "discovery");
-    const task = await compileTask();
+    // The state folder the binary may read and write, mapped to a temporary one; the embedded
+    // static/ is read without a grant.
+    const state = Deno.makeTempDirSync();
+    const task = (await compileTask()).map((word) => word.replaceAll("/var/lib/discovery", state));
     assert.equal(task[task.indexOf("--output") + 1], "dist/discovery");
     task[task.indexOf("--output") + 1] = out;
     assert.deepEqual(task.slice(0, 2), ["deno", "compile"]);
@@ -193,7 +203,7 @@ Deno.test({
       stderr: "piped",
     }).output();
     assert.equal(compile.code, 0, new TextDecoder().decode(compile.stderr));
-    await serveWithKv(out, []);
+    await serveWithKv(out, [], state);
   },
 });
 if (DENORT === undefined) {
@@ -306,7 +316,7 @@ Deno.test("start-up failures are one sentence naming the variable or permission 
       name: "KV_PATH outside what the start task may read and write",
       env: { RATE_LIMIT_STORE: "kv", KV_PATH: join(dir, "limits.sqlite") },
       sentence:
-        /^Cannot open KV_PATH .*limits\.sqlite: this process may not read and write .*, so grant --allow-read and --allow-write for that folder \(deno task start:kv grants them for that folder only\); nothing is served\.$/m,
+        /^Cannot open KV_PATH .*limits\.sqlite: this process may not read and write .*, so grant --allow-read and --allow-write for that folder \(deno task start:kv grants them for that folder only\) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in \/var\/lib\/discovery; nothing is served\.$/m,
     },
     {
       name: "KV_PATH readable but not writable for the process",

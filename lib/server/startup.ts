@@ -61,6 +61,12 @@ function isFile(path: string): boolean {
 }
 
 /**
+ * The one folder the compiled binary may read and write (deno.json's `compile` task, the state folder
+ * of deploy/discovery@.service): its KV file must be there.
+ */
+export const COMPILED_STATE_DIR = "/var/lib/discovery";
+
+/**
  * Explains why the Deno KV database at `KV_PATH` could not be opened.
  *
  * @param path `KV_PATH`, or undefined for `Deno.openKv()`'s default location
@@ -89,7 +95,7 @@ export function explainKvError(
   } else if (error instanceof Deno.errors.NotCapable) {
     reason = dir === undefined
       ? `this process may not open it, so grant the access it asks for (${messageOf(error)})`
-      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only)`;
+      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in ${COMPILED_STATE_DIR}`;
   } else if (dir !== undefined && !isDirectory(dir)) {
     reason =
       `its folder ${dir} does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder`;
