@@ -190,6 +190,7 @@ Deno.test({
       // That every service exits on SIGTERM is tested in tests/main_test.ts and tests/start_test.ts.
       await Promise.all(services.map((s) =>
         s.stop().catch((error) => {
+          // deno-lint-ignore no-console
           console.log(`teardown: ${error instanceof Error ? error.message : error}`);
         })
       ));
