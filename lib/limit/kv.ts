@@ -45,6 +45,12 @@ export interface KvStoreOptions {
    * instance's future is how a clock ahead of it shows (`store_clock.ts`).
    */
   onStamp?: (newest: number) => void;
+  /**
+   * The decisions' clock (ms since the epoch): when set, `hit` and `peek` stamp by it and ignore the
+   * time they are passed. The service passes `steady_clock.ts`'s `kvClock`, which a step of the wall
+   * clock moves only at a bounded rate.
+   */
+  clock?: () => number;
 }
 
 /** Counters of a {@linkcode KvStore}, for tests, operators and the benchmark. */
@@ -83,6 +89,7 @@ export class KvStore implements RateLimitStore {
   readonly #maxAttempts: number;
   readonly #ownsKv: boolean;
   readonly #onStamp: ((newest: number) => void) | undefined;
+  readonly #clock: (() => number) | undefined;
   readonly #lanes = new Map<string, Pending[]>();
   #roundTrips = 0;
   #conflicts = 0;
@@ -99,10 +106,12 @@ export class KvStore implements RateLimitStore {
     this.#maxAttempts = options.maxAttempts ?? 10;
     this.#ownsKv = options.ownsKv ?? false;
     this.#onStamp = options.onStamp;
+    this.#clock = options.clock;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Promise<Decision> {
+    if (this.#clock !== undefined) now = this.#clock();
     return new Promise((resolve, reject) => {
       const lane = this.#lanes.get(key);
       if (lane !== undefined) {
@@ -117,6 +126,7 @@ export class KvStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.peek} */
   async peek(key: string, now: number): Promise<Decision> {
+    if (this.#clock !== undefined) now = this.#clock();
     const entry = await this.#kv.get<Uint8Array>([...this.#prefix, key]);
     this.#roundTrips++;
     const log = live(decodeLog(entry.value), now - this.#policy.windowMs);

@@ -30,8 +30,14 @@ import { later } from "../timer.ts";
 export interface MemoryStoreOptions {
   /** The most callers tracked at once; at the cap the least recently added caller is forgotten. */
   maxCallers?: number;
-  /** Clock for the background sweep; defaults to `Date.now`. */
+  /** Clock for the background sweep; defaults to `clock`, else `Date.now`. */
   now?: () => number;
+  /**
+   * The decisions' clock (ms since the epoch): when set, `hit` and `peek` stamp by it and ignore the
+   * time they are passed, and the sweep runs by it. The service passes `steady_clock.ts`'s, which a
+   * step of the wall clock does not move.
+   */
+  clock?: () => number;
   /** Run the background sweep every {@linkcode SWEEP_INTERVAL_MS} (default true; tests sweep by hand). */
   sweep?: boolean;
   /** Called once when the cap is first reached, and again only after the store has gone below it. */
@@ -106,6 +112,7 @@ export const DEFAULT_MAX_CALLERS = 500_000;
 export class MemoryStore implements RateLimitStore {
   readonly #policy: RateLimitPolicy;
   readonly #now: () => number;
+  readonly #clock: (() => number) | undefined;
   readonly #onCapacity: ((tracked: number) => void) | undefined;
   readonly #table: CallerTable;
   /**
@@ -136,7 +143,8 @@ export class MemoryStore implements RateLimitStore {
     this.#first = decide(0, undefined, Date.now(), policy);
     this.#pooled = policy.limit <= MAX_POOLED;
     this.#table = new CallerTable(options.maxCallers ?? DEFAULT_MAX_CALLERS);
-    this.#now = options.now ?? Date.now;
+    this.#clock = options.clock;
+    this.#now = options.now ?? options.clock ?? Date.now;
     this.#onCapacity = options.onCapacity;
     // The wait before the interval uses a timer that loads nothing; it keeps the process alive
     // until then (or until close()), the interval itself never does.
@@ -155,6 +163,7 @@ export class MemoryStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision {
+    if (this.#clock !== undefined) now = this.#clock();
     checkTime(now);
     const policy = this.#policy;
     const cutoff = now - policy.windowMs;
@@ -188,6 +197,7 @@ export class MemoryStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.peek} */
   peek(key: string, now: number): Decision {
+    if (this.#clock !== undefined) now = this.#clock();
     checkTime(now);
     const cutoff = now - this.#policy.windowMs;
     const table = this.#table;

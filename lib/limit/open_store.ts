@@ -13,6 +13,7 @@ import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.t
 import type { StoreFailurePolicy, StoreIncident } from "./guard.ts";
 import type { SyncBackend, SyncIncident } from "./local_first.ts";
 import { MemoryStore } from "./memory.ts";
+import { kvClock, memoryClock } from "./steady_clock.ts";
 
 /** Where rate-limit state lives: this process, Deno KV, or Redis. */
 export type RateLimitStoreKind = "memory" | "kv" | "redis";
@@ -100,19 +101,28 @@ export async function openRateLimitStore(
   if (config.rateLimitStore === "memory") {
     return new MemoryStore(policy, {
       maxCallers: config.rateLimitMaxCallers,
+      // Decisions by the monotonic clock: a step of the wall clock moves no window.
+      clock: memoryClock(),
       ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
     });
   }
   if (config.rateLimitConsistency === "local-first") return await openLocalFirst(config, options);
   // Redis decides by its own clock; this one only measures the offset, from the decisions' replies.
   const { StoreClock, observedClock, CLOCK_INTERVAL_MS } = await import("./store_clock.ts");
-  const clock = new StoreClock(options.onClockOffset ? { onOffset: options.onClockOffset } : {});
+  // Deno KV stamps by this instance's clock, which follows a step of the wall clock only slowly;
+  // the others' stamps are compared with it.
+  const stamps = config.rateLimitStore === "kv" ? kvClock(policy.windowMs) : undefined;
+  const clock = new StoreClock({
+    ...(stamps ? { wall: stamps } : {}),
+    ...(options.onClockOffset ? { onOffset: options.onClockOffset } : {}),
+  });
   let store: RateLimitStore;
-  if (config.rateLimitStore === "kv") {
+  if (stamps !== undefined) {
     const { openKvStore } = await import("./kv.ts");
     store = await openKvStore(policy, {
       path: config.kvPath,
       onStamp: (newest) => clock.observeStamp(newest),
+      clock: stamps,
     });
   } else {
     const { openRedisStore } = await import("./redis.ts");
