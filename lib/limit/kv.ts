@@ -7,8 +7,8 @@
  * A decision reads the entry and, when it admits, writes it back in an atomic operation that checks
  * the versionstamp it read; if another process wrote in between, the operation fails and the decision
  * is taken again on the fresh log (a bounded number of times). So the sliding window is exact across
- * every process on the same database. `expireIn` only lets the database forget idle callers; no
- * decision depends on it.
+ * every process on the same database. `expireIn` (two windows) only lets the database forget idle
+ * callers; no decision depends on it.
  *
  * Requests of one caller that arrive while a decision for it is in flight in this process are decided
  * together on the next read, in arrival order, with one write: a burst from one caller costs a few
@@ -31,6 +31,13 @@ import { KV_MAX_LIMIT } from "./kv_limit.ts";
 
 /** Extra life of an entry past the window, so that clean-up never races a decision. */
 const EXPIRY_GRACE_MS = 1000;
+
+/**
+ * An entry lives two windows (and the grace): the database expires it by its own wall clock, which
+ * may have been stepped up to a window ahead of the stamps (`steady_clock.ts`'s `kvClock` follows a
+ * step within a window only slowly), and a live log must not be forgotten.
+ */
+const EXPIRY_WINDOWS = 2;
 
 /** Options of {@linkcode KvStore}. */
 export interface KvStoreOptions {
@@ -184,7 +191,7 @@ export class KvStore implements RateLimitStore {
       try {
         const result = await this.#kv.atomic()
           .check(entry)
-          .set(kvKey, encodeLog(log), { expireIn: windowMs + EXPIRY_GRACE_MS })
+          .set(kvKey, encodeLog(log), { expireIn: EXPIRY_WINDOWS * windowMs + EXPIRY_GRACE_MS })
           .commit();
         committed = result.ok;
       } catch (error) {
