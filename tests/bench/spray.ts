@@ -3,18 +3,21 @@
  * trusted proxy mode, access log off) takes one request from each of 1,000,000 distinct IPv6 /64
  * callers (`X-Forwarded-For`, sent by `wrk` with `spray.lua`), once per store and mode, and the
  * report gives wrk's requests per second and latency, the process's peak resident memory (VmHWM from
- * /proc, which includes V8's garbage between collections, not only the heap after a full GC) and its
- * resident memory a while after the spray ended (`--after`, default 20 s).
+ * /proc, which includes V8's garbage between collections, not only the heap after a full GC) at
+ * start-up (to the end of the warm-up, whose tokenizer worker peaks then) and from the spray's start
+ * to the end of `--after` (VmHWM reset in between), its RSS idle before the spray, and its RSS
+ * `--after` seconds after the spray ended (default 20).
  *
  * Usage: `deno task bench:spray [--callers 1000000] [--runs 1] [--caps 500000]
  * [--stores memory,redis-exact,redis-local-first,kv-exact,kv-local-first] [--after 20]
- * [--seconds 120] [--log <folder> [--trace-gc] [--heap <seconds>]]`.
+ * [--seconds 120] [--v8=<flags>] [--log <folder> [--trace-gc] [--heap <seconds>]]`.
  *
  * - `redis-*` start a throwaway `redis-server` on a free port of 127.0.0.1 for each row (no
  *   persistence), stopped after it; `kv-*` open a KV file in a temporary folder of their own
  *   (the service is granted read and write there only), removed after the row.
  * - Each row runs in a fresh service process and a fresh store, so rows do not share state.
  * - `--caps` runs each store under several `RATE_LIMIT_MAX_CALLERS`; the default is the default cap.
+ * - `--v8` adds V8 flags (comma-separated) after the task's `--v8-flags`, which they override.
  * - `--log` writes each service's stdout and stderr to `<folder>/<store>-<cap>-<run>.log`;
  *   `--trace-gc` adds V8's line per collection to it and `--heap <seconds>` the heap probe's
  *   (`_heap_probe.ts`, preloaded) every so many seconds.
@@ -47,6 +50,7 @@ const { values: args } = parseArgs({
     log: { type: "string" },
     "trace-gc": { type: "boolean", default: false },
     heap: { type: "string" },
+    v8: { type: "string" },
   },
 });
 const callers = Number(args.callers);
@@ -77,6 +81,8 @@ try {
 }
 const here = import.meta.dirname!;
 const THREADS = 2;
+/** How long the service is left idle after its first answer, for its warm-up to end. */
+const WARM_UP_SECONDS = 5;
 
 /** What is running now, stopped on Ctrl-C as after each row. */
 const cleanups = new Set<() => Promise<void>>();
@@ -103,6 +109,7 @@ interface Result {
   cap: number;
   run: number;
   idleMiB: number;
+  startPeakMiB: number;
   peakMiB: number;
   afterMiB: number;
   requests: number;
@@ -159,6 +166,7 @@ async function withStore<T>(
 function serviceArgs(): string[] {
   const argv = startTaskArgs();
   const at = argv.findIndex((word) => word.startsWith("--v8-flags="));
+  if (args.v8 !== undefined) argv[at] = `${argv[at]},${args.v8}`;
   if (args["trace-gc"]) argv[at] = `${argv[at]},--trace-gc`;
   if (args.heap !== undefined) argv.splice(at, 0, `--preload=${here}/_heap_probe.ts`);
   return argv;
@@ -267,7 +275,15 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
           await new Promise((r) => setTimeout(r, 100));
         }
       }
+      // The warm-up (0.5 s after start) builds every body and counts the Markdown's tokens in a
+      // worker: its peak is the start-up's, apart from the spray's. Linux resets VmHWM to the
+      // current RSS on "5" written to clear_refs (through sh: Deno asks for --allow-all to write
+      // /proc itself).
+      await new Promise((resolve) => setTimeout(resolve, WARM_UP_SECONDS * 1000));
       const idle = await status(service.pid);
+      await new Deno.Command("sh", {
+        args: ["-c", `echo 5 > /proc/${service.pid}/clear_refs`],
+      }).output();
       const r = await sprayWith(port);
       await new Promise((resolve) => setTimeout(resolve, afterSeconds * 1000));
       const after = await status(service.pid);
@@ -276,6 +292,7 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
         cap,
         run,
         idleMiB: idle.rss,
+        startPeakMiB: idle.hwm,
         peakMiB: after.hwm,
         afterMiB: after.rss,
         requests: r.requests,
@@ -305,8 +322,8 @@ console.log(
   }, ${runs} run(s), RSS ${afterSeconds} s after; service on cpu 0, wrk -t${THREADS} -c50 on cpu 1 (at most ${maxSeconds} s a row)`,
 );
 const rows = [
-  `| run | store, mode | RATE_LIMIT_MAX_CALLERS | requests | req/s | p99 | max | RSS idle | peak RSS | RSS ${afterSeconds} s after |`,
-  "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+  `| run | store, mode | RATE_LIMIT_MAX_CALLERS | requests | req/s | p99 | max | peak RSS at start-up | RSS idle | peak RSS, spray | RSS ${afterSeconds} s after |`,
+  "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
 ];
 for (let run = 1; run <= runs; run++) {
   for (const store of stores) {
@@ -323,9 +340,9 @@ for (let run = 1; run <= runs; run++) {
           r.requests.toLocaleString("en")
         }${notes.length ? ` (${notes.join(", ")})` : ""} | ${
           Math.round(r.requests / r.seconds).toLocaleString("en")
-        } | ${r.p99.toFixed(1)} ms | ${r.max.toFixed(0)} ms | ${r.idleMiB.toFixed(0)} MiB | ${
-          r.peakMiB.toFixed(0)
-        } MiB | ${r.afterMiB.toFixed(0)} MiB |`,
+        } | ${r.p99.toFixed(1)} ms | ${r.max.toFixed(0)} ms | ${r.startPeakMiB.toFixed(0)} MiB | ${
+          r.idleMiB.toFixed(0)
+        } MiB | ${r.peakMiB.toFixed(0)} MiB | ${r.afterMiB.toFixed(0)} MiB |`,
       );
       console.log(rows.at(-1));
     }
