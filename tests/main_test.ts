@@ -554,9 +554,9 @@ Deno.test("every task that runs the service caps V8's young generation and old-g
   const flagsOf = (task: string) =>
     String(deno.tasks[task]).split(/\s+/).filter((word) => word.startsWith("--v8-flags="));
   // The hot caller's peak RSS (tests/bench/README.md, "The hot caller and memory"): V8 would grow
-  // each semi-space to 16 MiB. The spray's with a shared store in `exact` (tests/bench/README.md,
-  // "Spray"): requests waiting for the store survive into the old generation, which V8 would let
-  // grow to four times what a major GC left (Redis exact peaked at 301–327 MiB, not 192).
+  // each semi-space to 16 MiB. The spray's with a shared store in `exact` (the spray section of
+  // tests/bench/README.md): requests waiting for the store survive into the old generation, which V8
+  // would let grow to four times what a major GC left (Redis exact peaked at 301–327 MiB, not 192).
   assert.deepEqual(flagsOf("start"), [
     "--v8-flags=--max-semi-space-size=2,--heap-growing-percent=50",
   ]);
