@@ -31,10 +31,19 @@ end
 
 function response(status, headers, body)
   answered = answered + 1
-  if answered >= share then wrk.thread:stop() end
+  if answered == share then
+    -- wrk's main thread sleeps out -d whatever the threads do: the benchmark times the spray by
+    -- this line and then interrupts wrk, which prints its summary.
+    io.write("WRKSTOP\n")
+    io.flush()
+    wrk.thread:stop()
+  end
 end
 
 function done(summary, latency, requests)
-  io.write(string.format('WRKJSON {"requests":%d,"p99_us":%d,"max_us":%d,"non2xx3xx":%d}\n',
-    summary.requests, latency:percentile(99), latency.max, summary.errors.status))
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests":%d,"duration_us":%d,"p99_us":%d,"max_us":%d,"non2xx3xx":%d,"errors":%d}\n',
+    summary.requests, summary.duration, latency:percentile(99), latency.max, e.status,
+    e.connect + e.read + e.write + e.timeout))
 end

@@ -1,13 +1,27 @@
 /**
- * The spray benchmark: what an operator must provision. The service (`main.ts --listen`, trusted
- * proxy mode, access log off) takes one request from each of 1,000,000 distinct IPv6 /64 callers
- * (`X-Forwarded-For`, sent by `wrk` with `spray.lua`), under several caps on tracked callers, and the
- * report gives the process's peak resident memory during the spray (VmHWM from /proc, which includes
- * V8's garbage between collections, not only the heap after a full GC) and wrk's latency.
+ * The spray benchmark: what an operator must provision. The service (as `deno task start` runs it,
+ * trusted proxy mode, access log off) takes one request from each of 1,000,000 distinct IPv6 /64
+ * callers (`X-Forwarded-For`, sent by `wrk` with `spray.lua`), once per store and mode, and the
+ * report gives wrk's requests per second and latency, the process's peak resident memory (VmHWM from
+ * /proc, which includes V8's garbage between collections, not only the heap after a full GC) and its
+ * resident memory a while after the spray ended (`--after`, default 20 s).
  *
- * Usage: `deno task bench:spray [--callers 1000000] [--caps 500000,100000,2000000] [--runs 1]`.
- * The service is pinned to CPU 0 and wrk to CPU 1 (`taskset`), as in `load.ts`; only 127.0.0.1 is
- * targeted, and each wrk run stops after its callers or after 120 s.
+ * Usage: `deno task bench:spray [--callers 1000000] [--runs 1] [--caps 500000]
+ * [--stores memory,redis-exact,redis-local-first,kv-exact,kv-local-first] [--after 20]
+ * [--seconds 120] [--log <folder> [--trace-gc] [--heap <seconds>]]`.
+ *
+ * - `redis-*` start a throwaway `redis-server` on a free port of 127.0.0.1 for each row (no
+ *   persistence), stopped after it; `kv-*` open a KV file in a temporary folder of their own
+ *   (the service is granted read and write there only), removed after the row.
+ * - Each row runs in a fresh service process and a fresh store, so rows do not share state.
+ * - `--caps` runs each store under several `RATE_LIMIT_MAX_CALLERS`; the default is the default cap.
+ * - `--log` writes each service's stdout and stderr to `<folder>/<store>-<cap>-<run>.log`;
+ *   `--trace-gc` adds V8's line per collection to it and `--heap <seconds>` the heap probe's
+ *   (`_heap_probe.ts`, preloaded) every so many seconds.
+ *
+ * The service is pinned to CPU 0 and wrk to CPU 1 (`taskset`), as in `load.ts`; Redis is not pinned.
+ * Only 127.0.0.1 is targeted; each wrk run stops after its callers or after `--seconds` (a store too
+ * slow for a million callers in that time sprays fewer: the requests column says how many).
  *
  * @module
  */
@@ -16,138 +30,305 @@
 import { parseArgs } from "node:util";
 import { startTaskArgs } from "./_start_task.ts";
 import { freePort, status } from "./_proc.ts";
+import { startRedis, type TestRedis } from "../_redis.ts";
+
+/** The stores and modes the spray can run, in the order of the table. */
+const STORES = ["memory", "redis-exact", "redis-local-first", "kv-exact", "kv-local-first"];
 
 const { values: args } = parseArgs({
   args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
   options: {
     callers: { type: "string", default: "1000000" },
-    caps: { type: "string", default: "500000,100000,2000000" },
+    caps: { type: "string", default: "500000" },
+    stores: { type: "string", default: STORES.join(",") },
     runs: { type: "string", default: "1" },
+    after: { type: "string", default: "20" },
+    seconds: { type: "string", default: "120" },
+    log: { type: "string" },
+    "trace-gc": { type: "boolean", default: false },
+    heap: { type: "string" },
   },
 });
 const callers = Number(args.callers);
 const runs = Number(args.runs);
+const afterSeconds = Number(args.after);
+const maxSeconds = Number(args.seconds);
 if (!(callers >= 1000 && callers <= 5_000_000 && runs >= 1 && runs <= 5)) {
   throw new Error("--callers must be 1,000..5,000,000 and --runs 1..5");
 }
+if (!(afterSeconds >= 0 && afterSeconds <= 300 && maxSeconds >= 1 && maxSeconds <= 600)) {
+  throw new Error("--after must be 0..300 seconds and --seconds 1..600");
+}
 const caps = args.caps.split(",").map(Number);
+if (!caps.every((cap) => Number.isInteger(cap) && cap >= 1)) {
+  throw new Error("--caps must be positive integers, comma-separated");
+}
+const stores = args.stores.split(",").map((s) => s.trim());
+for (const store of stores) {
+  if (!STORES.includes(store)) throw new Error(`--stores: ${store} is not one of ${STORES}`);
+}
+if ((args["trace-gc"] || args.heap !== undefined) && args.log === undefined) {
+  throw new Error("--trace-gc and --heap write into the --log folder: give it");
+}
 try {
   await new Deno.Command("wrk", { args: ["--version"], stdout: "null", stderr: "null" }).output();
 } catch {
   throw new Error("wrk is missing: apt-get install wrk (deno task bench:load installs it)");
 }
 const here = import.meta.dirname!;
-/** Upper bound of one spray, whatever the rate. */
-const MAX_SECONDS = 120;
 const THREADS = 2;
 
+/** What is running now, stopped on Ctrl-C as after each row. */
+const cleanups = new Set<() => Promise<void>>();
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  Deno.addSignalListener(signal, async () => {
+    for (const cleanup of [...cleanups].reverse()) await cleanup().catch(() => {});
+    Deno.exit(130);
+  });
+}
+
+/** Runs `cleanup` at the end of `body`, and on Ctrl-C while it runs. */
+async function using<T>(cleanup: () => Promise<void>, body: () => Promise<T>): Promise<T> {
+  cleanups.add(cleanup);
+  try {
+    return await body();
+  } finally {
+    cleanups.delete(cleanup);
+    await cleanup();
+  }
+}
+
 interface Result {
+  store: string;
   cap: number;
+  run: number;
   idleMiB: number;
   peakMiB: number;
+  afterMiB: number;
   requests: number;
+  seconds: number;
   p99: number;
   max: number;
   non2xx: number;
+  errors: number;
 }
 
-async function spray(cap: number): Promise<Result> {
-  const port = freePort();
-  const service = new Deno.Command("taskset", {
-    args: [
-      "-c",
-      "0",
-      Deno.execPath(),
-      ...startTaskArgs(),
-    ],
-    cwd: `${here}/../..`,
-    env: {
-      HOSTNAME: "127.0.0.1",
-      PORT: String(port),
-      TRUSTED_PROXIES: "127.0.0.1",
-      ACCESS_LOG: "false",
-      PUBLIC_BASE_URL: "http://localhost:8000",
-      RATE_LIMIT_MAX_CALLERS: String(cap),
-    },
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  try {
-    for (let i = 0;; i++) {
-      try {
-        await (await fetch(`http://127.0.0.1:${port}/llms.txt`)).body?.cancel();
-        break;
-      } catch (error) {
-        if (i > 100) throw error;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-    const idle = await status(service.pid);
-    const out = await new Deno.Command("taskset", {
-      args: [
-        "-c",
-        "1",
-        "wrk",
-        `-t${THREADS}`,
-        "-c50",
-        `-d${MAX_SECONDS}s`,
-        "--timeout",
-        "2s",
-        "-s",
-        `${here}/spray.lua`,
-        `http://127.0.0.1:${port}/api/v1/platform`,
-        "--",
-        String(callers),
-        String(THREADS),
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(out.stdout);
-    const line = text.split("\n").find((l) => l.startsWith("WRKJSON "));
-    if (!line) throw new Error(`wrk failed: ${text}${new TextDecoder().decode(out.stderr)}`);
-    const r = JSON.parse(line.slice(8));
-    const after = await status(service.pid);
-    return {
-      cap,
-      idleMiB: idle.rss,
-      peakMiB: after.hwm,
-      requests: r.requests,
-      p99: r.p99_us / 1000,
-      max: r.max_us / 1000,
-      non2xx: r.non2xx3xx,
-    };
-  } finally {
-    service.kill("SIGTERM");
-    await service.status;
+/** The store's environment and its extra `deno run` permissions, for the duration of `body`. */
+async function withStore<T>(
+  store: string,
+  body: (env: Record<string, string>, permit: (argv: string[]) => string[]) => Promise<T>,
+): Promise<T> {
+  const [kind, ...mode] = store.split("-");
+  const consistency = mode.join("-");
+  if (kind === "memory") return await body({ RATE_LIMIT_STORE: "memory" }, (argv) => argv);
+  if (kind === "redis") {
+    let redis: TestRedis | undefined;
+    return await using(async () => await redis?.stop(), async () => {
+      redis = await startRedis();
+      return await body({
+        RATE_LIMIT_STORE: "redis",
+        REDIS_URL: redis.url,
+        RATE_LIMIT_CONSISTENCY: consistency,
+      }, (argv) => argv);
+    });
   }
+  const dir = await Deno.makeTempDir({ prefix: "spray-kv-" });
+  return await using(
+    () => Deno.remove(dir, { recursive: true }).catch(() => {}),
+    async () =>
+      await body(
+        {
+          RATE_LIMIT_STORE: "kv",
+          KV_PATH: `${dir}/limits.sqlite`,
+          RATE_LIMIT_CONSISTENCY: consistency,
+        },
+        // The task's read permission plus the folder, and write there only (as `start:kv` grants).
+        (argv) => {
+          const out = argv.map((word) =>
+            word.startsWith("--allow-read=") ? `${word},${dir}` : word
+          );
+          const at = out.findIndex((word) => word.startsWith("--allow-read"));
+          out.splice(at + 1, 0, `--allow-write=${dir}`);
+          return out;
+        },
+      ),
+  );
 }
+
+/** The service as `deno task start` runs it, `--trace-gc` and the heap probe added if asked for. */
+function serviceArgs(): string[] {
+  const argv = startTaskArgs();
+  const at = argv.findIndex((word) => word.startsWith("--v8-flags="));
+  if (args["trace-gc"]) argv[at] = `${argv[at]},--trace-gc`;
+  if (args.heap !== undefined) argv.splice(at, 0, `--preload=${here}/_heap_probe.ts`);
+  return argv;
+}
+
+/**
+ * One wrk run over the callers: its summary, and the seconds from its start until every thread had
+ * its share answered (wrk's own duration is always `-d`, since its main thread sleeps it out).
+ */
+async function sprayWith(port: number) {
+  const started = performance.now();
+  const wrk = new Deno.Command("taskset", {
+    args: [
+      ...["-c", "1", "wrk", `-t${THREADS}`, "-c50", `-d${maxSeconds}s`, "--timeout", "2s"],
+      ...["-s", `${here}/spray.lua`, `http://127.0.0.1:${port}/api/v1/platform`, "--"],
+      ...[String(callers), String(THREADS)],
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stopWrk = async () => {
+    try {
+      wrk.kill("SIGKILL");
+    } catch {
+      // Exited.
+    }
+    await wrk.status;
+  };
+  return await using(stopWrk, async () => {
+    const stderr = new Response(wrk.stderr).text();
+    let text = "";
+    let stopped = 0;
+    let seconds = maxSeconds;
+    for await (const chunk of wrk.stdout.pipeThrough(new TextDecoderStream())) {
+      text += chunk;
+      const count = text.split("\n").filter((line) => line === "WRKSTOP").length;
+      if (count > stopped && count >= THREADS && stopped < THREADS) {
+        seconds = (performance.now() - started) / 1000;
+        // SIGINT ends wrk's sleep: it joins the threads and prints the summary.
+        wrk.kill("SIGINT");
+      }
+      stopped = count;
+    }
+    const line = text.split("\n").find((l) => l.startsWith("WRKJSON "));
+    if (!line) throw new Error(`wrk failed: ${text}${await stderr}`);
+    return { ...JSON.parse(line.slice(8)), seconds };
+  });
+}
+
+async function spray(store: string, cap: number, run: number): Promise<Result> {
+  return await withStore(store, async (storeEnv, permit) => {
+    const port = freePort();
+    const logFile = args.log === undefined
+      ? undefined
+      : await Deno.open(`${args.log}/${store}-${cap}-${run}.log`, {
+        write: true,
+        create: true,
+        truncate: true,
+      });
+    const service = new Deno.Command("taskset", {
+      args: ["-c", "0", Deno.execPath(), ...permit(serviceArgs())],
+      cwd: `${here}/../..`,
+      env: {
+        HOSTNAME: "127.0.0.1",
+        PORT: String(port),
+        TRUSTED_PROXIES: "127.0.0.1",
+        ACCESS_LOG: "false",
+        PUBLIC_BASE_URL: "http://localhost:8000",
+        RATE_LIMIT_MAX_CALLERS: String(cap),
+        ...(args.heap === undefined ? {} : { HEAP_PROBE_SECONDS: args.heap }),
+        ...storeEnv,
+      },
+      stdout: logFile ? "piped" : "null",
+      stderr: logFile ? "piped" : "null",
+    }).spawn();
+    const copied = logFile
+      ? Promise.all([service.stdout, service.stderr].map(async (stream) => {
+        for await (const chunk of stream) await logFile.write(chunk);
+      }))
+      : Promise.resolve();
+    const stop = async () => {
+      try {
+        service.kill("SIGTERM");
+      } catch {
+        // Already exited.
+      }
+      const timer = setTimeout(() => {
+        try {
+          service.kill("SIGKILL");
+        } catch {
+          // Exited meanwhile.
+        }
+      }, 10_000);
+      await service.status;
+      clearTimeout(timer);
+      await copied.catch(() => {});
+      logFile?.close();
+    };
+    return await using(stop, async () => {
+      for (let i = 0;; i++) {
+        try {
+          await (await fetch(`http://127.0.0.1:${port}/llms.txt`)).body?.cancel();
+          break;
+        } catch (error) {
+          if (i > 200) throw error;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      const idle = await status(service.pid);
+      const r = await sprayWith(port);
+      await new Promise((resolve) => setTimeout(resolve, afterSeconds * 1000));
+      const after = await status(service.pid);
+      return {
+        store,
+        cap,
+        run,
+        idleMiB: idle.rss,
+        peakMiB: after.hwm,
+        afterMiB: after.rss,
+        requests: r.requests,
+        seconds: r.seconds,
+        p99: r.p99_us / 1000,
+        max: r.max_us / 1000,
+        non2xx: r.non2xx3xx,
+        errors: r.errors,
+      };
+    });
+  });
+}
+
+const LABELS: Record<string, string> = {
+  "memory": "memory",
+  "redis-exact": "Redis, exact",
+  "redis-local-first": "Redis, local-first",
+  "kv-exact": "Deno KV, exact",
+  "kv-local-first": "Deno KV, local-first",
+};
 
 console.log(
-  `spray: ${callers.toLocaleString("en")} IPv6 /64 callers, one request each, caps ${
+  `spray: ${callers.toLocaleString("en")} IPv6 /64 callers, one request each, stores ${
+    stores.join(", ")
+  }, caps ${
     caps.join(", ")
-  }, ${runs} run(s); service on cpu 0, wrk -t${THREADS} -c50 on cpu 1`,
+  }, ${runs} run(s), RSS ${afterSeconds} s after; service on cpu 0, wrk -t${THREADS} -c50 on cpu 1 (at most ${maxSeconds} s a row)`,
 );
 const rows = [
-  "| run | RATE_LIMIT_MAX_CALLERS | requests | RSS idle | peak RSS (VmHWM) | p99 ms | max ms | p99 / p99 of the largest cap |",
-  "|---|---|---|---|---|---|---|---|",
+  `| run | store, mode | RATE_LIMIT_MAX_CALLERS | requests | req/s | p99 | max | RSS idle | peak RSS | RSS ${afterSeconds} s after |`,
+  "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
 ];
 for (let run = 1; run <= runs; run++) {
-  const results: Result[] = [];
-  for (const cap of caps) {
-    const result = await spray(cap);
-    results.push(result);
-    console.error(JSON.stringify(result));
-  }
-  const reference = results.reduce((a, b) => (b.cap > a.cap ? b : a));
-  for (const r of results) {
-    rows.push(
-      `| ${run} | ${r.cap.toLocaleString("en")} | ${r.requests.toLocaleString("en")}${
-        r.non2xx ? ` (${r.non2xx} not 2xx)` : ""
-      } | ${r.idleMiB.toFixed(0)} MiB | ${r.peakMiB.toFixed(0)} MiB | ${r.p99.toFixed(2)} | ${
-        r.max.toFixed(1)
-      } | ${(r.p99 / reference.p99).toFixed(2)} |`,
-    );
+  for (const store of stores) {
+    for (const cap of caps) {
+      const r = await spray(store, cap, run);
+      console.error(JSON.stringify(r));
+      const notes = [
+        r.non2xx ? `${r.non2xx.toLocaleString("en")} not 2xx` : "",
+        r.errors ? `${r.errors.toLocaleString("en")} socket errors` : "",
+        r.requests < callers ? `stopped at ${maxSeconds} s` : "",
+      ].filter((note) => note !== "");
+      rows.push(
+        `| ${run} | ${LABELS[store]} | ${r.cap.toLocaleString("en")} | ${
+          r.requests.toLocaleString("en")
+        }${notes.length ? ` (${notes.join(", ")})` : ""} | ${
+          Math.round(r.requests / r.seconds).toLocaleString("en")
+        } | ${r.p99.toFixed(1)} ms | ${r.max.toFixed(0)} ms | ${r.idleMiB.toFixed(0)} MiB | ${
+          r.peakMiB.toFixed(0)
+        } MiB | ${r.afterMiB.toFixed(0)} MiB |`,
+      );
+      console.log(rows.at(-1));
+    }
   }
 }
-console.log(rows.join("\n"));
+console.log(`\n${rows.join("\n")}`);
