@@ -440,3 +440,48 @@ Deno.test("local-first peek reports the local and the others' counts without cou
   assert.equal(b.store.peek("192.0.2.1", clock.now).remaining, 57, "nothing counted");
   await Promise.all([a.store.close(), b.store.close()]);
 });
+
+Deno.test("local-first's memory is the memory store's: a spray of 100,000 callers costs 34 B a caller plus the index at both instances, its backlog 10 B a hit, none once sent, and the cap holds", async () => {
+  const callers = 100_000;
+  const cap = 60_000;
+  const clock = { now: T0 };
+  const shared = new SharedBatches(() => clock.now, POLICY.windowMs);
+  const open = (instance: string) =>
+    new LocalFirstStore(shared.log({ maxBatchBytes: 256 * 1024 }), POLICY, {
+      syncMs: 250,
+      syncTimeoutMs: 1000,
+      autoSync: false,
+      clock: () => clock.now,
+      instance,
+      maxCallers: cap,
+    });
+  const a = open("a");
+  const b = open("b");
+  const key = (i: number) =>
+    `2001:0db8:${(i >> 16).toString(16).padStart(4, "0")}:${
+      (i & 0xffff).toString(16).padStart(4, "0")
+    }::/64`;
+  for (let i = 0; i < callers; i++) {
+    a.hit(key(i), clock.now);
+    if (i % 100 === 99) clock.now++;
+  }
+  // The backlog: one IPv6 /64 hit is 10 B packed (a 1-byte time delta), plus a header per batch.
+  const backlog = a.stats().backlogBytes;
+  assert.ok(backlog <= callers * 10 + 9 * 8, `${backlog} B of backlog for ${callers} hits`);
+  while (a.backlog > 0) await a.sync();
+  assert.equal(a.stats().backlogBytes, 0);
+  await b.sync();
+  assert.equal(b.stats().receivedHits, callers);
+  // One request each: 25 B of entry and 9 B of log bookkeeping per caller tracked, and the index of
+  // 4 B per slot (2^17 slots: the power of two at or above twice the cap).
+  const index = 2 ** 17 * 4;
+  for (const store of [a, b]) {
+    const { tracked, evicted } = store.stats();
+    assert.equal(tracked, cap, "the cap holds: the callers added longest ago are forgotten");
+    assert.equal(evicted, callers - cap);
+    const { bytes, logged } = store.memory();
+    assert.equal(logged, 0, "one request each: no pooled log");
+    assert.ok(bytes <= cap * (25 + 9) + index + 4096, `${bytes} B for ${tracked} callers`);
+  }
+  await Promise.all([a.close(), b.close()]);
+});
