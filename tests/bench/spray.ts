@@ -31,6 +31,7 @@ import { parseArgs } from "node:util";
 import { startTaskArgs } from "./_start_task.ts";
 import { freePort, status } from "./_proc.ts";
 import { startRedis, type TestRedis } from "../_redis.ts";
+import type { HitLog } from "../../lib/limit/hit_log.ts";
 
 /** The stores and modes the spray can run, in the order of the table. */
 const STORES = ["memory", "redis-exact", "redis-local-first", "kv-exact", "kv-local-first"];
@@ -111,6 +112,36 @@ interface Result {
   max: number;
   non2xx: number;
   errors: number;
+  /** `local-first`: the hits the store's hit log holds a second after the spray (else undefined). */
+  held: number | undefined;
+}
+
+/**
+ * The hits the shared hit log of `local-first` holds now, read as a process that starts reads them
+ * (a first exchange: the window): what "nothing lost" compares with the requests admitted.
+ */
+async function heldHits(env: Record<string, string>): Promise<number | undefined> {
+  if (env.RATE_LIMIT_CONSISTENCY !== "local-first") return undefined;
+  const { decodeHits } = await import("../../lib/limit/hit_codec.ts");
+  let log: HitLog;
+  if (env.RATE_LIMIT_STORE === "redis") {
+    const { createRedisClient } = await import("../../lib/limit/redis_client.ts");
+    const { RedisHitLog } = await import("../../lib/limit/redis_hit_log.ts");
+    const client = createRedisClient(env.REDIS_URL!);
+    await client.ready(2000);
+    log = new RedisHitLog(client, 60_000, { instance: "spray-counter", ownsClient: true });
+  } else {
+    const { KvHitLog } = await import("../../lib/limit/kv_hit_log.ts");
+    const kv = await Deno.openKv(env.KV_PATH!);
+    log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
+  }
+  try {
+    let held = 0;
+    for (const batch of await log.exchange(null)) decodeHits(batch.hits, () => held++);
+    return held;
+  } finally {
+    await log.close();
+  }
 }
 
 /** The store's environment and its extra `deno run` permissions, for the duration of `body`. */
@@ -269,6 +300,9 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
       }
       const idle = await status(service.pid);
       const r = await sprayWith(port);
+      // One second: the service's last exchanges (every RATE_LIMIT_SYNC_MS) have landed.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const held = await heldHits(storeEnv);
       await new Promise((resolve) => setTimeout(resolve, afterSeconds * 1000));
       const after = await status(service.pid);
       return {
@@ -284,6 +318,7 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
         max: r.max_us / 1000,
         non2xx: r.non2xx3xx,
         errors: r.errors,
+        held,
       };
     });
   });
@@ -317,6 +352,11 @@ for (let run = 1; run <= runs; run++) {
         r.non2xx ? `${r.non2xx.toLocaleString("en")} not 2xx` : "",
         r.errors ? `${r.errors.toLocaleString("en")} socket errors` : "",
         r.requests < callers ? `stopped at ${maxSeconds} s` : "",
+        r.held === undefined
+          ? ""
+          : `store holds ${r.held.toLocaleString("en")} of ${
+            (r.requests - r.non2xx).toLocaleString("en")
+          } admitted`,
       ].filter((note) => note !== "");
       rows.push(
         `| ${run} | ${LABELS[store]} | ${r.cap.toLocaleString("en")} | ${
