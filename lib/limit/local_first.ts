@@ -90,6 +90,8 @@ export interface LocalFirstOptions {
   maxBacklogBytes?: number;
   /** Sees the newest time of every batch received (Deno KV: another instance's clock ahead). */
   onStamp?: (newest: number) => void;
+  /** Called when the memory store first reaches its cap, and again only after it went below. */
+  onCapacity?: (tracked: number) => void;
 }
 
 /** Counters of a {@linkcode LocalFirstStore}. */
@@ -253,6 +255,7 @@ export class LocalFirstStore implements RateLimitStore {
       sweep: auto,
       now: this.#clock,
       ...(options.maxCallers === undefined ? {} : { maxCallers: options.maxCallers }),
+      ...(options.onCapacity === undefined ? {} : { onCapacity: options.onCapacity }),
     });
     if (auto) this.#schedule(options.syncMs);
   }

@@ -50,7 +50,7 @@ export interface StoreSettings extends PolicySettings {
 
 /** Options of {@linkcode openRateLimitStore}. */
 export interface OpenStoreOptions {
-  /** Called when the memory store reaches its caller cap. */
+  /** Called when the memory store (also `local-first`'s) reaches its caller cap. */
   onCapacity?: (tracked: number) => void;
   /** Receives the start and the end of every shared-store incident. */
   onIncident?: (incident: StoreIncident) => void;
@@ -188,6 +188,7 @@ async function openLocalFirst(
     instance,
     ...(config.rateLimitStore === "kv" ? { onStamp: (t: number) => clock.observeStamp(t) } : {}),
     ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
+    ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
   await store.sync();
   return config.rateLimitStore === "redis" ? stampedBy(store, clock) : observedClock(store, clock);

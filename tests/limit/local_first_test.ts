@@ -446,8 +446,10 @@ Deno.test("local-first's memory is the memory store's: a spray of 100,000 caller
   const cap = 60_000;
   const clock = { now: T0 };
   const shared = new SharedBatches(() => clock.now, POLICY.windowMs);
+  const capped: string[] = [];
   const open = (instance: string) =>
     new LocalFirstStore(shared.log({ maxBatchBytes: 256 * 1024 }), POLICY, {
+      onCapacity: () => capped.push(instance),
       syncMs: 250,
       syncTimeoutMs: 1000,
       autoSync: false,
@@ -483,5 +485,6 @@ Deno.test("local-first's memory is the memory store's: a spray of 100,000 caller
     assert.equal(logged, 0, "one request each: no pooled log");
     assert.ok(bytes <= cap * (25 + 9) + index + 4096, `${bytes} B for ${tracked} callers`);
   }
+  assert.deepEqual(capped, ["a", "b"], "the cap is reported once per episode at each instance");
   await Promise.all([a.close(), b.close()]);
 });
