@@ -224,8 +224,8 @@ export class LocalFirstStore implements RateLimitStore {
   #sealedBytes = 0;
   #seq = 0;
   #inFlight: Promise<void> | undefined;
-  /** The last exchange, settled or not: one that timed out may still answer (see `#exchange`). */
-  #previous: Promise<unknown> = Promise.resolve();
+  /** An exchange that timed out and has not settled yet (see `#exchange`). */
+  #unsettled = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -418,22 +418,32 @@ export class LocalFirstStore implements RateLimitStore {
 
   /**
    * One exchange, bounded by `syncTimeoutMs`. One that timed out may still land: its reply is then
-   * recorded when it comes (the log's cursor has moved past those batches), its batch is sent again
-   * with the same number (a log that can keeps it once), and the next exchange waits for it (at most
-   * another timeout), so that two exchanges are never in flight at once.
+   * recorded when it comes (the log's cursor has moved past those batches) and its batch is sent
+   * again with the same number (a log keeps it once). Until it has settled no other exchange starts
+   * (a sync meanwhile fails at once): two exchanges of one log are never in flight together.
    */
   async #exchange(mine: LogBatch | null): Promise<LogBatch[]> {
-    const timeoutMs = this.#options.syncTimeoutMs;
-    await bounded(this.#previous, timeoutMs).catch(() => {});
+    if (this.#unsettled) throw new SyncTimeoutError(this.#options.syncTimeoutMs);
+    let settled = false;
     let late = false;
     const call = this.#log.exchange(mine);
-    this.#previous = call.then((reply) => {
-      if (late) this.#receive(reply);
-    }, () => {});
+    // Registered before the bound's: runs first when the call settles in time.
+    call.then((reply) => {
+      settled = true;
+      if (!late) return;
+      this.#unsettled = false;
+      this.#receive(reply);
+    }, () => {
+      settled = true;
+      if (late) this.#unsettled = false;
+    });
     try {
-      return await bounded(call, timeoutMs);
+      return await bounded(call, this.#options.syncTimeoutMs);
     } catch (error) {
-      late = true;
+      if (!settled) {
+        late = true;
+        this.#unsettled = true;
+      }
       throw error;
     }
   }

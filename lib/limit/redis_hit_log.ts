@@ -74,10 +74,13 @@ export class RedisHitLog implements HitLog {
     if (mine !== null) this.#instance = mine.instance;
     const batches: LogBatch[] = [];
     let append = mine;
+    // The cursor moves only when the whole exchange succeeded: a read that fails half-way reads
+    // everything again next time (the append is kept once by its number).
+    let cursor = this.#cursor;
     for (let read = 0; read < MAX_READS; read++) {
       const args = [
         this.#keepMs,
-        this.#cursor,
+        cursor,
         append?.instance ?? this.#instance,
         append === null ? "" : String(append.seq),
         append === null ? "" : append.hits.toBase64(),
@@ -89,7 +92,7 @@ export class RedisHitLog implements HitLog {
         throw new TypeError(`unexpected reply from the rate-limit hit log: ${typeof reply}`);
       }
       append = null;
-      this.#cursor = String(reply[0]);
+      cursor = String(reply[0]);
       for (let k = 2; k < reply.length; k += 3) {
         batches.push({
           instance: String(reply[k]),
@@ -99,6 +102,7 @@ export class RedisHitLog implements HitLog {
       }
       if (Number(reply[1]) < READ_COUNT) break;
     }
+    this.#cursor = cursor;
     return batches;
   }
 

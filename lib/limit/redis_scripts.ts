@@ -74,7 +74,9 @@ return now
  * Appends the batch unless that instance already appended one with this number (an exchange that
  * timed out and landed), trimming what is older than the window (`MINID ~`, by the server's clock),
  * then reads the entries after the id read last: returns {the last id read, the number of entries
- * read, then instance, number, hits of every entry of another instance}.
+ * read, then instance, number, hits of every entry of another instance}. When nothing follows the
+ * id read last and the stream ends before it (a failover) or is gone, the id returned is the
+ * stream's end (or empty: read from the window's start), so that new entries are not skipped.
  */
 const EXCHANGE_SCRIPT = `
 local t = redis.call('TIME')
@@ -96,7 +98,22 @@ local from = minid
 if ARGV[2] ~= '' then from = '(' .. ARGV[2] end
 local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', tonumber(ARGV[6]))
 local out = {ARGV[2], #entries}
-if #entries > 0 then out[1] = entries[#entries][1] end
+if #entries > 0 then
+  out[1] = entries[#entries][1]
+elseif ARGV[2] ~= '' then
+  -- Nothing after the cursor: a stream that ends before it (a failover to a replica that lacked the
+  -- last entries, whose new ids may fall below the cursor) or that is gone (a Redis restarted
+  -- empty) moves the cursor back: every entry up to its end was read already.
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last == 0 then
+    out[1] = ''
+  else
+    local lm, ls = string.match(last[1][1], '(%d+)-(%d+)')
+    local cm, cs = string.match(ARGV[2], '(%d+)-(%d+)')
+    lm, ls, cm, cs = tonumber(lm), tonumber(ls), tonumber(cm), tonumber(cs)
+    if lm < cm or (lm == cm and ls < cs) then out[1] = last[1][1] end
+  end
+end
 for _, entry in ipairs(entries) do
   local f = entry[2]
   local fields = {}

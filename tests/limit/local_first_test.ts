@@ -340,6 +340,13 @@ Deno.test("local-first: a batch whose exchange timed out is sent again with its 
   await slow.sync();
   assert.equal(slow.synced, false, "timed out");
   await slow.sync();
+  assert.equal(
+    slow.stats().failedSyncs,
+    2,
+    "no exchange starts while the one timed out is unsettled",
+  );
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  await slow.sync();
   assert.equal(slow.synced, true);
   await reader.store.sync();
   assert.equal(heldBy(shared).get("192.0.2.2"), 1, "sent twice, kept once");

@@ -95,6 +95,24 @@ Deno.test({
         },
       );
       await t.step(
+        "a stream that now ends before the cursor (a failover to a replica behind) moves the cursor back",
+        async () => {
+          const check = createClient({ url: redis.url });
+          await check.connect();
+          try {
+            await b.exchange(null); // b's cursor: the stream's last entry, at this second
+            await check.del("rate_limit:{hitlog}");
+            const b64 = (n: number) => Uint8Array.of(n).toBase64();
+            await check.xAdd("rate_limit:{hitlog}", "1000-0", { i: "w", s: "0", h: b64(1) });
+            assert.deepEqual(shape(await b.exchange(null)), [], "nothing after the cursor");
+            await check.xAdd("rate_limit:{hitlog}", "2000-0", { i: "w", s: "1", h: b64(2) });
+            assert.deepEqual(shape(await b.exchange(null)), [["w", 1, [2]]]);
+          } finally {
+            await check.close();
+          }
+        },
+      );
+      await t.step(
         "what left the window is not replayed (trimmed by the server's clock)",
         async () => {
           const short = await open(200);
