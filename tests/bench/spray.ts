@@ -31,7 +31,6 @@ import { parseArgs } from "node:util";
 import { startTaskArgs } from "./_start_task.ts";
 import { freePort, status } from "./_proc.ts";
 import { startRedis, type TestRedis } from "../_redis.ts";
-import type { HitLog } from "../../lib/limit/hit_log.ts";
 
 /** The stores and modes the spray can run, in the order of the table. */
 const STORES = ["memory", "redis-exact", "redis-local-first", "kv-exact", "kv-local-first"];
@@ -117,24 +116,31 @@ interface Result {
 }
 
 /**
- * The hits the shared hit log of `local-first` holds now, read as a process that starts reads them
- * (a first exchange: the window): what "nothing lost" compares with the requests admitted.
+ * The hits the shared hit log of `local-first` holds now (KV: read as a process that starts reads
+ * them, a first exchange; Redis: the stream): what "nothing lost" compares with the requests
+ * admitted.
  */
 async function heldHits(env: Record<string, string>): Promise<number | undefined> {
   if (env.RATE_LIMIT_CONSISTENCY !== "local-first") return undefined;
   const { decodeHits } = await import("../../lib/limit/hit_codec.ts");
-  let log: HitLog;
   if (env.RATE_LIMIT_STORE === "redis") {
-    const { createRedisClient } = await import("../../lib/limit/redis_client.ts");
-    const { RedisHitLog } = await import("../../lib/limit/redis_hit_log.ts");
-    const client = createRedisClient(env.REDIS_URL!);
-    await client.ready(2000);
-    log = new RedisHitLog(client, 60_000, { instance: "spray-counter", ownsClient: true });
-  } else {
-    const { KvHitLog } = await import("../../lib/limit/kv_hit_log.ts");
-    const kv = await Deno.openKv(env.KV_PATH!);
-    log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
+    // redis-cli rather than the service's client, which reads environment variables this bench
+    // may not: the stream's `h` fields, one per line.
+    const out = await new Deno.Command("redis-cli", {
+      args: ["-u", env.REDIS_URL!, "--raw", "XRANGE", "rate_limit:{hitlog}", "-", "+"],
+      stdout: "piped",
+    }).output();
+    const lines = new TextDecoder().decode(out.stdout).split("\n");
+    let held = 0;
+    for (let i = 0; i + 1 < lines.length; i++) {
+      if (lines[i] !== "h") continue;
+      decodeHits(Uint8Array.fromBase64(lines[++i]!), () => held++);
+    }
+    return held;
   }
+  const { KvHitLog } = await import("../../lib/limit/kv_hit_log.ts");
+  const kv = await Deno.openKv(env.KV_PATH!);
+  const log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
   try {
     let held = 0;
     for (const batch of await log.exchange(null)) decodeHits(batch.hits, () => held++);
