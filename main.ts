@@ -85,6 +85,11 @@ function storeIncidentLogger(
     telemetry?.incident(incident);
     incident.kind === "unavailable" || incident.kind === "unsynced"
       ? event("warn", started, { store: config.rateLimitStore, ...incident })
+      : incident.kind === "overflowing"
+      ? event("warn", "rate-limit sync backlog full: admitted hits are not sent", {
+        store: config.rateLimitStore,
+        ...incident,
+      })
       : event("info", ended, { store: config.rateLimitStore, ...incident });
   };
 }

@@ -58,8 +58,10 @@ Deno.test("main.ts loads none of the shared stores' modules before its first res
     "lib/limit/circuit_breaker.ts",
     "lib/limit/kv.ts",
     "lib/limit/redis.ts",
-    "lib/limit/sync.ts",
     "lib/limit/local_first.ts",
+    "lib/limit/hit_codec.ts",
+    "lib/limit/redis_hit_log.ts",
+    "lib/limit/kv_hit_log.ts",
   ].filter((path) => loaded.has(path));
   assert.deepEqual(shared, []);
 });

@@ -1,203 +1,136 @@
 /**
- * The `local-first` consistency of a shared rate-limit store: the request path does not wait for the
- * store, except once per caller and process (a caller new to it waits for the store's answer, so
- * that a restarted or replacing process starts from what the store holds; see
- * {@linkcode LocalFirstStore}).
+ * The `local-first` consistency of a shared rate-limit store: every request is decided here, at
+ * once, and the store only carries the hits between instances.
  *
- * Each instance decides from its own exact log of the caller plus the other instances' counted
- * timestamps of that caller, as the last sync brought them. Its admitted requests go to the store in
- * batches: at most one sync in flight, started at most every `syncMs`, one round trip that writes
- * this instance's new hits and brings back the other instances' timestamps in the window for every
- * caller active here. The others' timestamps expire here as they would in the store, so the view
- * does not over-count between syncs.
+ * Each instance keeps every caller of the deployment in its own {@linkcode MemoryStore} (pooled,
+ * bounded by `RATE_LIMIT_MAX_CALLERS`, with the memory store's cap and formula) and decides there.
+ * The hits it admits are packed into batches (`hit_codec.ts`) and, at most one exchange in flight,
+ * started at most every `syncMs`, sent to the shared hit log (`hit_log.ts`: a Redis stream, a Deno KV
+ * prefix) by one exchange that brings back, in the same round trip, the batches the other instances
+ * appended since. Their hits are recorded in the memory store at their own times
+ * ({@linkcode MemoryStore.record}). A process that starts reads the last window before it serves
+ * (its first exchange), and a stopping one flushes its batches (`close()`): restarts and one-port
+ * handovers keep the count, and no request ever waits for the store.
  *
  * The bound: a hit of another instance reaches this one at most `D = 2·max(syncMs, rtt) + rtt`
- * after it is admitted (it waits for that instance's next sync to start, travels to the store, and
- * this instance's next sync starts and comes back). The last request a window admits at an instance
- * saw every other instance's hit except those of the last `D`, so in any window one caller is
- * admitted at most `limit + u`, where `u` is the number of its requests the other instances admitted
- * in a span of `D`: at most `⌈r'·D⌉` for a rate `r'` at the other instances, and never more than
- * `(N-1)·limit`, since each instance alone admits at most `limit`.
- * {@linkcode overshootBound} computes it; `tests/limit/local_first_test.ts` checks it against a
- * model with fast-check.
+ * after it is admitted (it waits for that instance's next exchange to start, travels to the store,
+ * and this instance's next exchange starts and comes back), while the backlog is under one sync's
+ * worth of batches ({@linkcode MAX_EXCHANGES_PER_SYNC}). The last request a window admits at an
+ * instance saw every other instance's hit except those of the last `D`, so in any window one caller
+ * is admitted at most `limit + u`, where `u` is the number of its requests the other instances
+ * admitted in a span of `D`: at most `⌈r'·D⌉` for a rate `r'` at the other instances, and never more
+ * than `(N-1)·limit`. {@linkcode overshootBound} computes it; `tests/limit/local_first_test.ts`
+ * checks it against a model with fast-check, with instances restarted mid-run.
  *
- * When the store is down each instance keeps limiting by its own log (and the others' timestamps it
- * last saw, which expire on their own); the first sync that succeeds sends its whole log in the
- * window (member ids make that idempotent, and a store restarted empty gets it all back), so the
- * instances reconcile without any answer by a failure policy.
+ * The backlog (hits admitted here and not yet in the store) is bounded by `maxBacklogBytes`
+ * (default {@linkcode MAX_BACKLOG_BYTES}: about 1.4 million IPv4 hits). When the store is down or
+ * slower than the hits arrive, the backlog grows to that bound and is sent once the store answers
+ * again; past it, hits are decided and counted here but not sent (counted in `droppedHits`), and the
+ * store reports it once per episode (`overflowing`, then `caught-up`).
  *
  * @module
  */
 
-import { decide, type Decision, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
+import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
+import { decodeHits, HitWriter } from "./hit_codec.ts";
+import type { HitLog, LogBatch } from "./hit_log.ts";
+import { MemoryStore, type MemoryStoreMemory } from "./memory.ts";
 
-/** How one caller's state of this instance is sent to the store. */
-export interface SyncEntry {
-  /**
-   * This instance's counted timestamps in the window, ascending, for stores that replace it whole;
-   * empty when `fresh` is (nothing to send).
-   */
-  log: readonly number[];
-  /** Hits not yet acknowledged by the store: timestamp and a member id unique to this instance. */
-  fresh: ReadonlyArray<readonly [time: number, member: string]>;
-}
-
-/** One round trip of the sync loop. */
-export interface SyncBatch {
-  /** The instance's clock when the batch was built. */
-  now: number;
-  /** The instance's id: the store tells its entries from the others' by it. */
-  instance: string;
-  /** Every caller active here, with what this instance has to send for it. */
-  callers: ReadonlyMap<string, SyncEntry>;
-}
-
-/**
- * Where the counts meet: one round trip writes a batch and answers, per caller of the batch, the
- * other instances' counted timestamps in the window at `batch.now`.
- */
-export interface SyncBackend {
-  /** Writes `batch` and reads the others' timestamps back, per caller. */
-  sync(batch: SyncBatch): Promise<Map<string, number[]>>;
-  /** Round trips sent so far (a sync may take several on stores that cap a read). */
-  readonly roundTrips: number;
-  /** The most callers one sync may carry (default {@linkcode MAX_SYNC_CALLERS}). */
-  readonly maxCallers?: number;
-  /** Releases the connection. */
-  close(): void | Promise<void>;
-}
-
-/** The two reports of a sync outage; limiting goes on by the local logs meanwhile. */
+/** The reports of a sync outage or overflow; limiting goes on by the local store meanwhile. */
 export type SyncIncident =
   | {
-    /** A sync failed: this instance decides from its own log until one succeeds. */
+    /** An exchange failed: this instance decides from what it knows until one succeeds. */
     kind: "unsynced";
     /** The first error, as `Name: message`. */
     error: string;
   }
   | {
-    /** A sync succeeded again; the hits admitted meanwhile reached the store. */
+    /** An exchange succeeded again; the hits admitted meanwhile are being sent. */
     kind: "resynced";
-    /** How long syncs failed, in ms. */
+    /** How long exchanges failed, in ms. */
     downMs: number;
-    /** Syncs that failed. */
+    /** Exchanges that failed. */
     failedSyncs: number;
+  }
+  | {
+    /** The backlog reached its bound: hits admitted here are no longer sent to the store. */
+    kind: "overflowing";
+    /** Why, in one sentence. */
+    cause: string;
+    /** The bound, in bytes. */
+    backlogBytes: number;
+  }
+  | {
+    /** The backlog is back under half its bound: hits are sent again. */
+    kind: "caught-up";
+    /** Hits not sent during the episode. */
+    droppedHits: number;
   };
 
 /** Options of {@linkcode LocalFirstStore}. */
 export interface LocalFirstOptions {
   /** The shortest time between the starts of two syncs, in ms. */
   syncMs: number;
-  /** The longest a sync may take before it counts as failed, in ms. */
+  /** The longest an exchange may take before it counts as failed, in ms. */
   syncTimeoutMs: number;
-  /** The most callers tracked at once; at the cap the caller added longest ago is forgotten. */
+  /** The most callers tracked at once (the memory store's cap). */
   maxCallers?: number;
   /** Clock of the decisions' bookkeeping and the sync loop (default `Date.now`). */
   clock?: () => number;
-  /** Run the sync loop on a timer (default true; tests call {@linkcode LocalFirstStore.sync}). */
+  /** Run the sync loop and the memory store's sweep on timers (default true; tests call `sync`). */
   autoSync?: boolean;
-  /** Receives the start and the end of every sync outage. */
+  /** Receives the start and the end of every sync outage and backlog overflow. */
   onIncident?: (incident: SyncIncident) => void;
-  /** This instance's id in the store (default: random). */
+  /** This instance's id in the log (default: random). */
   instance?: string;
   /**
-   * The longest a caller's view of the other instances may be old and still decide a request here
-   * without asking the store first, in ms (default {@linkcode VIEW_MAX_AGE_MS}). A caller new to this
-   * instance has no view: its first requests wait for one store round trip (see {@linkcode
-   * LocalFirstStore}).
+   * The most bytes of hits waiting to be sent (default {@linkcode MAX_BACKLOG_BYTES}), plus the one hit
+   * that crosses it.
    */
-  viewMaxAgeMs?: number;
-  /**
-   * The longest a request of a caller new to this instance waits for the store's answer, in ms
-   * (default `syncTimeoutMs`); past it, or while the store is down, it is decided from what this
-   * instance knows.
-   */
-  waitMs?: number;
+  maxBacklogBytes?: number;
+  /** Sees the newest time of every batch received (Deno KV: another instance's clock ahead). */
+  onStamp?: (newest: number) => void;
+  /** Called when the memory store first reaches its cap, and again only after it went below. */
+  onCapacity?: (tracked: number) => void;
 }
 
 /** Counters of a {@linkcode LocalFirstStore}. */
 export interface LocalFirstStats {
   /** Decisions taken (hits and peeks). */
   decisions: number;
-  /** Syncs that succeeded. */
+  /** Syncs that succeeded (each one or more exchanges). */
   syncs: number;
-  /** Of all syncs, those started at once for callers that wait (the others run every `syncMs`). */
-  earlySyncs: number;
-  /** Syncs that failed or timed out. */
+  /** Exchanges that failed or timed out. */
   failedSyncs: number;
-  /** Round trips the backend sent. */
+  /** Round trips the log sent. */
   roundTrips: number;
-  /** Callers tracked now. */
+  /** Callers tracked now (the memory store's). */
   tracked: number;
-  /** Requests that waited for the store's answer about a caller new here (or with an old view). */
-  waited: number;
-  /** Of those, requests decided without it: the store was down, slow, or too many were waiting. */
-  unfetched: number;
-  /** Callers waiting for the store's answer now. */
-  waiting: number;
+  /** Callers forgotten at the cap. */
+  evicted: number;
+  /** Hits admitted here and sent to the log. */
+  sentHits: number;
+  /** Hits of other instances recorded here. */
+  receivedHits: number;
+  /** Hits admitted here and never sent: the backlog was full. */
+  droppedHits: number;
+  /** Bytes of hits waiting to be sent now. */
+  backlogBytes: number;
+  /** Batches received that could not be read (another format), dropped whole. */
+  unreadBatches: number;
 }
 
-interface Caller {
-  /** This instance's counted timestamps, ascending. */
-  log: number[];
-  /** The sequence number of each timestamp of `log`, at the same index (its member id's tail). */
-  members: number[];
-  /** The other instances' counted timestamps as last synced, ascending. */
-  others: number[];
-  /** Hits not yet acknowledged by the store. */
-  fresh: Array<[time: number, sequence: number]>;
-  /** The newest request of this caller seen here (admitted or not, or a peek). */
-  seen: number;
-  /**
-   * When the batch was built whose answer last brought the others' timestamps of this caller
-   * (`-Infinity`: never, a caller new here).
-   */
-  viewAt: number;
-  /** Requests waiting for the store's answer about this caller, in arrival order. */
-  waiting: Waiter[] | undefined;
-  /** Send the whole log with the next sync: the store may have lost it (an outage). */
-  resend: boolean;
-  /** The waiting requests had one answer showing the others' hits: they wait for a second. */
-  confirming: boolean;
-  /** When that second answer is due (the sync clock). */
-  confirmAt: number;
-}
-
-interface Waiter {
-  now: number;
-  /** Whether the request counts (`hit`) or only asks (`peek`). */
-  count: boolean;
-  resolve: (decision: Decision) => void;
-}
-
-const NOTHING: readonly number[] = Object.freeze([]);
+/**
+ * The most bytes of unsent hits by default: 8 MiB, about 1.4 million IPv4 hits or 840,000 IPv6 /64
+ * ones, a minute of the fastest spray measured here; past it hits are not sent (see the module).
+ */
+export const MAX_BACKLOG_BYTES = 8 * 1024 * 1024;
 
 /**
- * The most callers with nothing new that one sync refreshes (the others' counts only); the rest wait
- * their turn, least recently synced first.
+ * The most exchanges one sync sends back to back while full batches wait: a spray fills a batch of
+ * 64 KiB (Deno KV's) in well under a sync period, and one batch per period would fall behind.
  */
-export const MAX_QUIET_CALLERS = 100;
-
-/** The most callers one sync sends by default; the others go first in the next sync. */
-export const MAX_SYNC_CALLERS = 1000;
-
-/**
- * How old a caller's view of the other instances may be and still decide here without the store, by
- * default, in ms. A caller that keeps sending here has its view refreshed by every sync that carries
- * its hits; one that comes back after a pause (it was sent elsewhere meanwhile: a restart, a failover)
- * waits one round trip for a current view.
- */
-export const VIEW_MAX_AGE_MS = 1000;
-
-/**
- * The most callers that may wait for the store's answer at once; past it a new caller is decided from
- * what this instance knows (counted in `unfetched`), so that a spray of new callers against a slow
- * store cannot queue requests without bound.
- */
-export const MAX_WAITING_CALLERS = 10_000;
-
-/** Tracked callers one sync looks at to forget the idle and pick quiet ones to refresh. */
-export const SWEEP_PER_SYNC = 1000;
+export const MAX_EXCHANGES_PER_SYNC = 8;
 
 /** What {@linkcode overshootBound} needs to know. */
 export interface OvershootInput {
@@ -239,163 +172,153 @@ export function overshootBound(input: OvershootInput): number {
 }
 
 /**
- * A store that decides locally and syncs with a shared backend in the background.
- *
- * A caller new to this instance (or back after its view of the others grew older than
- * `viewMaxAgeMs`: it was sent elsewhere meanwhile) is decided only once the store has answered for
- * it: its first request waits for one round trip, which the sync starts at once, and its requests
- * arriving meanwhile wait for the same answer and are then decided in arrival order. So a process that
- * replaces another (a restart, a one-port handover) or takes over its callers (a failover) starts
- * from what the store holds rather than from an empty log. Every later request is answered at once.
+ * A store that decides in its own memory store and shares the admitted hits through a
+ * {@linkcode HitLog}.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import type { SyncBatch } from "./local_first.ts";
- * // A shared store where the other instances have counted 58 hits of every caller.
- * const others = Array.from({ length: 58 }, () => Date.now());
- * const backend = {
- *   roundTrips: 0,
- *   sync(batch: SyncBatch) {
- *     backend.roundTrips++;
- *     return Promise.resolve(new Map([...batch.callers.keys()].map((key) => [key, others])));
- *   },
- *   close() {},
+ * import type { HitLog, LogBatch } from "./hit_log.ts";
+ * // A log shared by two instances in one process.
+ * const batches: LogBatch[] = [];
+ * const logOf = (): HitLog => {
+ *   let read = 0;
+ *   return {
+ *     maxBatchBytes: 65536,
+ *     roundTrips: 0,
+ *     exchange(mine) {
+ *       const news = batches.slice(read);
+ *       if (mine !== null) batches.push(mine);
+ *       read = batches.length;
+ *       return Promise.resolve(news);
+ *     },
+ *     close() {},
+ *   };
  * };
- * const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
- *   syncMs: 10,
- *   syncTimeoutMs: 1000,
- * });
- * // A caller new here waits for the store's answer; it holds the others' hits (the caller was
- * // served elsewhere), so a second answer is read a sync period later.
- * assert.equal((await store.hit("192.0.2.1", Date.now())).remaining, 1);
- * // The next ones are answered at once from the local log and the others' 58.
- * const trips = backend.roundTrips;
- * assert.equal((store.hit("192.0.2.1", Date.now()) as { allowed: boolean }).allowed, true);
- * assert.equal((store.hit("192.0.2.1", Date.now()) as { allowed: boolean }).allowed, false);
- * assert.equal(backend.roundTrips, trips);
- * await store.close();
+ * const policy = { limit: 2, windowMs: 60_000 };
+ * const options = { syncMs: 50, syncTimeoutMs: 1000, autoSync: false };
+ * const a = new LocalFirstStore(logOf(), policy, options);
+ * const b = new LocalFirstStore(logOf(), policy, options);
+ * assert.equal(a.hit("192.0.2.1", Date.now()).allowed, true);
+ * assert.equal(b.hit("192.0.2.1", Date.now()).allowed, true);
+ * // a sends its hit; b sends its own and reads a's: the caller's limit of 2 is spent at b.
+ * await a.sync();
+ * await b.sync();
+ * assert.equal(b.hit("192.0.2.1", Date.now()).allowed, false);
+ * await a.close();
+ * await b.close();
  * ```
  */
 export class LocalFirstStore implements RateLimitStore {
-  readonly #backend: SyncBackend;
+  readonly #log: HitLog;
   readonly #policy: RateLimitPolicy;
   readonly #options: LocalFirstOptions;
   readonly #clock: () => number;
   readonly #instance: string;
-  readonly #max: number;
-  readonly #viewMaxAgeMs: number;
-  readonly #waitMs: number;
-  /** Every caller tracked here, the next to sweep first. */
-  readonly #callers = new Map<string, Caller>();
-  /** Callers with hits the store has not acknowledged (the backlog), the longest waiting first. */
-  readonly #dirty = new Map<string, Caller>();
-  /** Callers whose requests wait for the store's answer, not yet carried by a sync. */
-  readonly #wanted = new Map<string, Caller>();
-  /** Callers waiting a sync period before their second answer (see `#confirm`). */
-  readonly #confirming = new Map<string, Caller>();
-  #waitingCallers = 0;
-  #sequence = 0;
+  readonly #memory: MemoryStore;
+  readonly #maxBacklog: number;
+  /** The batch being filled. */
+  readonly #writer: HitWriter;
+  /** Batches sealed and not yet acknowledged, oldest first, with the hits each holds. */
+  readonly #sealed: Array<{ batch: LogBatch; count: number }> = [];
+  #sealedBytes = 0;
+  #seq = 0;
   #inFlight: Promise<void> | undefined;
+  /** An exchange that timed out and has not settled yet (see `#exchange`). */
+  #unsettled = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
   #down: { since: number; failed: number } | undefined;
-  /** A wait ran out before the store answered: nobody waits again until a sync succeeds. */
-  #slow = false;
-  #stats = { decisions: 0, syncs: 0, earlySyncs: 0, failedSyncs: 0, waited: 0, unfetched: 0 };
+  #overflow: { dropped: number } | undefined;
+  #stats = {
+    decisions: 0,
+    syncs: 0,
+    failedSyncs: 0,
+    sentHits: 0,
+    receivedHits: 0,
+    droppedHits: 0,
+    unreadBatches: 0,
+  };
 
-  /** Creates the store over `backend` and starts the sync loop. */
-  constructor(backend: SyncBackend, policy: RateLimitPolicy, options: LocalFirstOptions) {
-    this.#backend = backend;
+  /** Creates the store over `log` and starts the sync loop. */
+  constructor(log: HitLog, policy: RateLimitPolicy, options: LocalFirstOptions) {
+    this.#log = log;
     this.#policy = policy;
     this.#options = options;
     this.#clock = options.clock ?? Date.now;
     this.#instance = options.instance ?? crypto.randomUUID().slice(0, 8);
-    this.#max = options.maxCallers ?? 500_000;
-    this.#viewMaxAgeMs = options.viewMaxAgeMs ?? VIEW_MAX_AGE_MS;
-    this.#waitMs = options.waitMs ?? options.syncTimeoutMs;
-    if (options.autoSync ?? true) this.#schedule(options.syncMs);
+    this.#maxBacklog = options.maxBacklogBytes ?? MAX_BACKLOG_BYTES;
+    this.#writer = new HitWriter(log.maxBatchBytes);
+    const auto = options.autoSync ?? true;
+    this.#memory = new MemoryStore(policy, {
+      sweep: auto,
+      now: this.#clock,
+      ...(options.maxCallers === undefined ? {} : { maxCallers: options.maxCallers }),
+      ...(options.onCapacity === undefined ? {} : { onCapacity: options.onCapacity }),
+    });
+    if (auto) this.#schedule(options.syncMs);
   }
 
-  /**
-   * {@inheritDoc RateLimitStore.hit}
-   *
-   * Answers at once for a caller this instance knows; a caller new here waits for the store's answer.
-   */
-  hit(key: string, now: number): Decision | Promise<Decision> {
+  /** {@inheritDoc RateLimitStore.hit} Answered at once, from this instance's memory store. */
+  hit(key: string, now: number): Decision {
     this.#stats.decisions++;
-    const caller = this.#caller(key, now);
-    const current = this.#current(caller, now);
-    if (now > caller.seen) caller.seen = now;
-    if (caller.waiting !== undefined || !current) return this.#wait(key, caller, now, true);
-    return this.#count(key, caller, now);
+    const decision = this.#memory.hit(key, now);
+    if (decision.allowed) this.#append(key, now);
+    return decision;
   }
 
   /** {@inheritDoc RateLimitStore.peek} */
-  peek(key: string, now: number): Decision | Promise<Decision> {
+  peek(key: string, now: number): Decision {
     this.#stats.decisions++;
-    const known = this.#callers.get(key);
-    if (known !== undefined && known.waiting === undefined && this.#current(known, now)) {
-      return this.#peekOf(known, now);
-    }
-    const caller = known ?? this.#caller(key, now);
-    if (now > caller.seen) caller.seen = now;
-    return this.#wait(key, caller, now, false);
+    return this.#memory.peek(key, now);
   }
 
   /**
-   * Sends one batch now (unless one is in flight: then waits for it) and applies the reply. Called
-   * by the loop every `syncMs`, and at once while callers new here wait; exposed for tests.
+   * Sends what waits (unless an exchange is in flight: then waits for it) and records what the
+   * others appended. Called by the loop every `syncMs`, and once before the service listens (the
+   * first exchange reads the last window); exposed for tests.
    */
   sync(): Promise<void> {
-    return this.#start(false);
-  }
-
-  /** Starts a sync unless one is in flight; `early`: started at once for callers that wait. */
-  #start(early: boolean): Promise<void> {
-    this.#inFlight ??= (async () => {
-      let settle: () => void;
-      try {
-        settle = await this.#syncOnce(early);
-      } finally {
-        this.#inFlight = undefined;
-      }
-      // The waiting requests are decided once the sync is over: a `sync()` they lead to is a new one.
-      settle();
-      // Callers that arrived during that sync wait for the next: it starts now.
-      if (this.#wanted.size > 0 && !this.#closed) void this.#start(true);
-    })();
+    this.#inFlight ??= this.#syncOnce().finally(() => {
+      this.#inFlight = undefined;
+    });
     return this.#inFlight;
   }
 
   /** The counters since the store was created. */
   stats(): LocalFirstStats {
+    const memory = this.#memory.stats();
     return {
       ...this.#stats,
-      roundTrips: this.#backend.roundTrips,
-      tracked: this.#callers.size,
-      waiting: this.#waitingCallers,
+      roundTrips: this.#log.roundTrips,
+      tracked: memory.tracked,
+      evicted: memory.evicted,
+      backlogBytes: this.#sealedBytes + this.#writer.length,
     };
   }
 
-  /** Callers with hits the store has not acknowledged yet. */
-  get backlog(): number {
-    return this.#dirty.size;
+  /** What the memory store holds, in its own accounting (the formula of lib/limit/README.md). */
+  memory(): MemoryStoreMemory {
+    return this.#memory.memory();
   }
 
-  /** Whether the last sync succeeded. */
+  /** Batches (sealed or being filled) not yet acknowledged by the log. */
+  get backlog(): number {
+    return this.#sealed.length + (this.#writer.count > 0 ? 1 : 0);
+  }
+
+  /** Whether the last exchange succeeded. */
   get synced(): boolean {
     return this.#down === undefined;
   }
 
   /**
-   * Stops the loop and flushes: waits for the sync in flight, then syncs until every admitted hit
-   * has reached the store (or a sync fails, or `syncTimeoutMs` has passed), then closes the backend.
-   * A stopping instance (SIGTERM) calls it, so the process that replaces it finds its hits there.
+   * Stops the loop and flushes: waits for the exchange in flight, then sends every batch left (until
+   * an exchange fails or `syncTimeoutMs` has passed), then closes the log. A stopping instance
+   * (SIGTERM) calls it, so the process that replaces it reads its hits at its next exchange.
    */
   close(): Promise<void> {
-    // A second call (a test's clean-up after a stop) waits for the first.
     this.#closing ??= this.#close();
     return this.#closing;
   }
@@ -403,132 +326,48 @@ export class LocalFirstStore implements RateLimitStore {
   async #close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
-    // Requests still waiting are decided now, so that what they admit is flushed too.
-    for (const [key, caller] of [...this.#wanted, ...this.#confirming]) {
-      this.#release(key, caller, false);
-    }
     const deadline = this.#clock() + this.#options.syncTimeoutMs;
-    // The first round may only have waited for the sync in flight: go on while hits are left.
     for (let round = 0; round < 1000; round++) {
       await this.sync().catch(() => {});
-      if (this.#dirty.size === 0 || !this.synced || this.#clock() > deadline) break;
+      if (this.backlog === 0 || !this.synced || this.#clock() > deadline) break;
     }
-    await this.#backend.close();
+    this.#memory.close();
+    await this.#log.close();
   }
 
-  /**
-   * Whether this instance may decide `caller`'s request at `now` without the store: the store has
-   * answered for it, and it has kept sending here (its previous request here is at most
-   * `viewMaxAgeMs` old) or that answer is that recent. A caller back after a longer pause here may
-   * have been served elsewhere meanwhile (a failover, a restart of this instance's peer).
-   */
-  #current(caller: Caller, now: number): boolean {
-    // While the store is down nobody waits for it: each instance limits by what it knows.
-    if (this.#down !== undefined || this.#slow || this.#viewMaxAgeMs === Infinity) return true;
-    if (caller.viewAt === Number.NEGATIVE_INFINITY) return false;
-    const maxAge = this.#viewMaxAgeMs;
-    return now - caller.viewAt <= maxAge || now - caller.seen <= maxAge;
-  }
-
-  /** Queues a request of `caller` until the store has answered for it. */
-  #wait(key: string, caller: Caller, now: number, count: boolean): Decision | Promise<Decision> {
-    if (caller.waiting === undefined) {
-      if (this.#waitingCallers >= MAX_WAITING_CALLERS || this.#closed) {
-        this.#stats.unfetched++;
-        return count ? this.#count(key, caller, now) : this.#peekOf(caller, now);
-      }
-      caller.waiting = [];
-      this.#waitingCallers++;
-      this.#wanted.set(key, caller);
+  /** Packs an admitted hit into the batch being filled, within the backlog's bound. */
+  #append(key: string, now: number): void {
+    const writer = this.#writer;
+    if (this.#overflow !== undefined || this.#sealedBytes + writer.length >= this.#maxBacklog) {
+      this.#overflowing();
+      return;
     }
-    this.#stats.waited++;
-    const waiting = caller.waiting;
-    const decision = new Promise<Decision>((resolve) => waiting.push({ now, count, resolve }));
-    void this.#start(true);
-    return decision;
+    if (writer.append(key, now)) return;
+    if (writer.count === 0) return; // a key no batch takes (longer than any caller's)
+    this.#seal();
+    writer.append(key, now);
   }
 
-  /** Decides the requests of `caller` that waited: with the store's answer, or without it. */
-  #release(key: string, caller: Caller, fetched: boolean): void {
-    const waiting = caller.waiting;
-    if (waiting === undefined) return;
-    caller.waiting = undefined;
-    caller.confirming = false;
-    this.#waitingCallers--;
-    this.#wanted.delete(key);
-    this.#confirming.delete(key);
-    if (!fetched) this.#stats.unfetched += waiting.length;
-    for (const request of waiting) {
-      request.resolve(
-        request.count ? this.#count(key, caller, request.now) : this.#peekOf(caller, request.now),
-      );
+  #seal(): void {
+    const count = this.#writer.count;
+    const hits = this.#writer.take();
+    this.#sealed.push({ batch: { instance: this.#instance, seq: this.#seq++, hits }, count });
+    this.#sealedBytes += hits.length;
+  }
+
+  #overflowing(): void {
+    if (this.#overflow === undefined) {
+      this.#overflow = { dropped: 0 };
+      this.#options.onIncident?.({
+        kind: "overflowing",
+        cause: this.#down === undefined
+          ? "the rate-limit store takes hits slower than this instance admits them"
+          : "the rate-limit store is unreachable",
+        backlogBytes: this.#maxBacklog,
+      });
     }
-  }
-
-  /** Decides a request of `caller` from what this instance knows and counts it if admitted. */
-  #count(key: string, caller: Caller, now: number): Decision {
-    const decision = this.#decision(caller, now);
-    if (decision.allowed) {
-      // The member id is built when the hit is sent: a number here costs no string per request.
-      const sequence = this.#sequence++;
-      insertInOrder(caller, now, sequence);
-      caller.fresh.push([now, sequence]);
-      if (!this.#dirty.has(key)) this.#dirty.set(key, caller);
-    }
-    return decision;
-  }
-
-  #peekOf(caller: Caller, now: number): Decision {
-    expire(caller, now - this.#policy.windowMs);
-    const count = caller.log.length + caller.others.length;
-    if (count === 0) return { allowed: true, remaining: this.#policy.limit, resetSeconds: 0 };
-    const decision = decide(count, oldestOf(caller), now, this.#policy);
-    // `decide` answers for one more request; a peek counts nothing.
-    return {
-      ...decision,
-      allowed: count < this.#policy.limit,
-      remaining: Math.max(0, this.#policy.limit - count),
-    };
-  }
-
-  #decision(caller: Caller, now: number): Decision {
-    expire(caller, now - this.#policy.windowMs);
-    return decide(caller.log.length + caller.others.length, oldestOf(caller), now, this.#policy);
-  }
-
-  #caller(key: string, now: number): Caller {
-    let caller = this.#callers.get(key);
-    if (caller === undefined) {
-      if (this.#callers.size >= this.#max) this.#evict();
-      // Forgotten at the cap with hits still unsent: it comes back with them.
-      caller = this.#dirty.get(key) ?? {
-        log: [],
-        members: [],
-        others: [],
-        fresh: [],
-        seen: now,
-        viewAt: Number.NEGATIVE_INFINITY,
-        waiting: undefined,
-        resend: false,
-        confirming: false,
-        confirmAt: 0,
-      };
-      this.#callers.set(key, caller);
-    }
-    return caller;
-  }
-
-  /**
-   * Bounded memory matters more than one caller's count: forgets the caller swept longest ago. Its
-   * unsent hits stay in the backlog until the store has them; a caller with requests waiting is
-   * passed over.
-   */
-  #evict(): void {
-    for (const [key, caller] of this.#callers) {
-      this.#callers.delete(key);
-      if (caller.waiting === undefined) return;
-      this.#callers.set(key, caller);
-    }
+    this.#overflow.dropped++;
+    this.#stats.droppedHits++;
   }
 
   #schedule(delayMs: number): void {
@@ -536,164 +375,98 @@ export class LocalFirstStore implements RateLimitStore {
     this.#timer = setTimeout(() => {
       const started = this.#clock();
       this.sync().finally(() => {
-        // At most one sync in flight, and starts at least `syncMs` apart.
+        // At most one exchange in flight, and syncs start at least `syncMs` apart.
         this.#schedule(Math.max(0, this.#options.syncMs - (this.#clock() - started)));
       });
     }, delayMs);
-    // The loop must never keep a process (or a test) alive, unless requests wait for it.
-    if (this.#confirming.size === 0) Deno.unrefTimer(this.#timer);
+    // The loop must never keep a process (or a test) alive.
+    Deno.unrefTimer(this.#timer);
   }
 
-  /** One round trip; resolves to what decides the requests that waited for it. */
-  async #syncOnce(early: boolean): Promise<() => void> {
-    const { batch, carried } = this.#batch(this.#clock(), early);
-    // The answer is as of the oldest request waiting for it, so that none loses a timestamp of
-    // the others that was still in its window when it arrived.
-    const now = batch.now;
-    const releaseAll = (fetched: boolean) => () => {
-      for (const [key, caller] of carried) this.#release(key, caller, fetched);
-    };
-    if (batch.callers.size === 0) return releaseAll(false);
-    if (early) this.#stats.earlySyncs++;
-    // What each caller's queue held: acknowledged by a success, whatever the batch carried.
-    const sent = carried.map(([, caller]) => caller.fresh.length);
-    // Requests waiting for this answer are decided without it once `waitMs` has passed.
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    if (this.#waitMs < MAX_TIMER_MS && carried.some(([, caller]) => caller.waiting !== undefined)) {
-      timer = setTimeout(() => {
-        this.#slow = true;
-        for (const [key, caller] of carried) this.#release(key, caller, false);
-      }, this.#waitMs);
+  /** One sync: up to {@linkcode MAX_EXCHANGES_PER_SYNC} exchanges while sealed batches wait. */
+  async #syncOnce(): Promise<void> {
+    // Every hit admitted until now goes with this sync; those admitted meanwhile, with the next.
+    if (this.#writer.count > 0) this.#seal();
+    for (let i = 0; i < MAX_EXCHANGES_PER_SYNC; i++) {
+      const head = this.#sealed[0];
+      const now = this.#clock();
+      let reply: LogBatch[];
+      try {
+        reply = await this.#exchange(head?.batch ?? null);
+      } catch (error) {
+        this.#failed(now, error);
+        return;
+      }
+      if (head !== undefined) {
+        this.#sealed.shift();
+        this.#sealedBytes -= head.batch.hits.length;
+        this.#stats.sentHits += head.count;
+      }
+      this.#receive(reply);
+      this.#succeeded(now, i === 0);
+      if (this.#sealed.length === 0) break;
     }
-    let reply: Map<string, number[]>;
-    try {
-      reply = await bounded(this.#backend.sync(batch), this.#options.syncTimeoutMs);
-    } catch (error) {
-      clearTimeout(timer);
-      this.#failed(now, error);
-      return releaseAll(false);
+    if (
+      this.#overflow !== undefined &&
+      this.#sealedBytes + this.#writer.length < this.#maxBacklog / 2
+    ) {
+      const dropped = this.#overflow.dropped;
+      this.#overflow = undefined;
+      this.#options.onIncident?.({ kind: "caught-up", droppedHits: dropped });
     }
-    clearTimeout(timer);
-    carried.forEach(([key, caller], i) => {
-      // Hits admitted while the sync was in flight stay for the next one.
-      caller.fresh.splice(0, sent[i]!);
-      caller.resend = false;
-      if (caller.fresh.length === 0 && this.#dirty.get(key) === caller) this.#dirty.delete(key);
-      // A caller the reply leaves out has no hits of the others in the store.
-      caller.others = reply.get(key)?.toSorted((a, b) => a - b) ?? [];
-      caller.viewAt = now;
+  }
+
+  /**
+   * One exchange, bounded by `syncTimeoutMs`. One that timed out may still land: its reply is then
+   * recorded when it comes (the log's cursor has moved past those batches) and its batch is sent
+   * again with the same number (a log keeps it once). Until it has settled no other exchange starts
+   * (a sync meanwhile fails at once): two exchanges of one log are never in flight together.
+   */
+  async #exchange(mine: LogBatch | null): Promise<LogBatch[]> {
+    if (this.#unsettled) throw new SyncTimeoutError(this.#options.syncTimeoutMs);
+    let settled = false;
+    let late = false;
+    const call = this.#log.exchange(mine);
+    // Registered before the bound's: runs first when the call settles in time.
+    call.then((reply) => {
+      settled = true;
+      if (!late) return;
+      this.#unsettled = false;
+      this.#receive(reply);
+    }, () => {
+      settled = true;
+      if (late) this.#unsettled = false;
     });
-    this.#succeeded(now);
-    const elapsed = Math.max(0, this.#clock() - now);
-    return () => {
-      for (const [key, caller] of carried) {
-        if (caller.waiting !== undefined && !caller.confirming && caller.others.length > 0) {
-          this.#confirm(key, caller, Math.max(this.#options.syncMs, elapsed) + elapsed);
-        } else {
-          this.#release(key, caller, true);
-        }
+    try {
+      return await bounded(call, this.#options.syncTimeoutMs);
+    } catch (error) {
+      if (!settled) {
+        late = true;
+        this.#unsettled = true;
       }
-    };
+      throw error;
+    }
   }
 
-  /**
-   * The store holds the others' hits of a caller new here: it was served elsewhere in this window
-   * (an instance restarted, stopped, or failed over), and that instance may still hold hits it has
-   * not sent. Its requests wait for a second answer, read once that instance's next sync has had
-   * time to land (`delayMs`: a sync period and a round trip), so that a caller moving between
-   * instances is not admitted the hits in flight again. Callers the store knows nothing of (the
-   * usual new caller) are decided on the first answer.
-   */
-  #confirm(key: string, caller: Caller, delayMs: number): void {
-    caller.confirming = true;
-    caller.confirmAt = this.#clock() + delayMs;
-    // Read again by the first sync of the loop once due (the loop runs every `syncMs`), which the
-    // requests waiting keep alive.
-    this.#confirming.set(key, caller);
-    if (this.#timer !== undefined) Deno.refTimer(this.#timer);
-  }
-
-  /**
-   * The batch of one sync, at most the backend's `maxCallers`: first the callers whose requests wait
-   * for it, then the backlog (callers with unsent hits, the longest waiting first), then, with what
-   * room is left, a few quiet callers whose view is refreshed. A sweep over a bounded number of
-   * tracked callers per sync forgets those idle for a window, so a sync's work follows the request
-   * rate rather than the number of callers tracked.
-   */
-  #batch(now: number, early: boolean): { batch: SyncBatch; carried: Array<[string, Caller]> } {
-    const cutoff = now - this.#policy.windowMs;
-    const limit = this.#backend.maxCallers ?? MAX_SYNC_CALLERS;
-    const callers = new Map<string, SyncEntry>();
-    const carried: Array<[string, Caller]> = [];
-    const take = (key: string, caller: Caller) => {
-      callers.set(key, this.#entry(caller, cutoff));
-      carried.push([key, caller]);
-    };
-    for (const [key, caller] of this.#confirming) {
-      if (caller.confirmAt > this.#clock()) continue;
-      this.#confirming.delete(key);
-      this.#wanted.set(key, caller);
-    }
-    for (const [key, caller] of this.#wanted) {
-      if (callers.size >= limit) break;
-      this.#wanted.delete(key);
-      take(key, caller);
-    }
-    const backlog: Array<[string, Caller]> = [];
-    for (const [key, caller] of this.#dirty) {
-      if (callers.size >= limit) break;
-      if (callers.has(key)) continue;
-      take(key, caller);
-      backlog.push([key, caller]);
-    }
-    // Those carried go to the back of the backlog, so that the next sync takes the others first.
-    for (const [key, caller] of backlog) {
-      this.#dirty.delete(key);
-      this.#dirty.set(key, caller);
-    }
-    // The syncs started at once for callers that wait carry them and the backlog, not the sweep.
-    if (early) {
-      return { batch: { now: asOf(now, carried), instance: this.#instance, callers }, carried };
-    }
-    let room = Math.min(limit - callers.size, MAX_QUIET_CALLERS);
-    const kept: Array<[string, Caller]> = [];
-    const refreshed: Array<[string, Caller]> = [];
-    let swept = 0;
-    for (const [key, caller] of this.#callers) {
-      if (swept++ >= SWEEP_PER_SYNC) break;
-      this.#callers.delete(key);
-      // Idle for a window with nothing to send: forgotten (its hits no longer matter to anyone).
-      if (caller.waiting === undefined && caller.seen <= cutoff && !this.#dirty.has(key)) continue;
-      if (room > 0 && !callers.has(key) && caller.waiting === undefined && caller.seen > cutoff) {
-        room--;
-        take(key, caller);
-        refreshed.push([key, caller]);
-      } else {
-        kept.push([key, caller]);
+  /** Records the others' hits still in the window at their own times. */
+  #receive(batches: LogBatch[]): void {
+    const cutoff = this.#clock() - this.#policy.windowMs;
+    const memory = this.#memory;
+    for (const batch of batches) {
+      if (batch.instance === this.#instance) continue;
+      let newest = -Infinity;
+      try {
+        decodeHits(batch.hits, (key, t) => {
+          if (t > newest) newest = t;
+          if (t <= cutoff) return;
+          memory.record(key, t);
+          this.#stats.receivedHits++;
+        });
+      } catch {
+        this.#stats.unreadBatches++;
       }
+      if (newest > -Infinity) this.#options.onStamp?.(newest);
     }
-    // The swept go to the back, those refreshed now last: the next sweep starts with the others.
-    for (const [key, caller] of kept) this.#callers.set(key, caller);
-    for (const [key, caller] of refreshed) this.#callers.set(key, caller);
-    return { batch: { now: asOf(now, carried), instance: this.#instance, callers }, carried };
-  }
-
-  #entry(caller: Caller, cutoff: number): SyncEntry {
-    // Hits older than the window no longer matter to anyone.
-    while (caller.fresh.length > 0 && caller.fresh[0]![0] <= cutoff) caller.fresh.shift();
-    expire(caller, cutoff);
-    // After an outage the store may have lost what it had (a Redis restarted empty): the log is
-    // sent whole, and member ids make that idempotent where nothing was lost.
-    const fresh = caller.resend
-      ? caller.log.map((t, i) => this.#member(t, caller.members[i]!))
-      : caller.fresh.map(([t, sequence]) => this.#member(t, sequence));
-    // Only a caller with something to send needs its log copied (stores that replace it whole).
-    return { log: fresh.length > 0 ? caller.log.slice() : NOTHING, fresh };
-  }
-
-  /** The member id of a hit in the store: unique per instance and request, the same on a resend. */
-  #member(t: number, sequence: number): [number, string] {
-    return [t, `${t}:${this.#instance}:${sequence.toString(36)}`];
   }
 
   #failed(now: number, error: unknown): void {
@@ -703,21 +476,14 @@ export class LocalFirstStore implements RateLimitStore {
       return;
     }
     this.#down = { since: now, failed: 1 };
-    // Once per outage: every log in the window goes again with the first syncs that succeed.
-    for (const [key, caller] of this.#callers) {
-      if (caller.log.length === 0) continue;
-      caller.resend = true;
-      if (!this.#dirty.has(key)) this.#dirty.set(key, caller);
-    }
     this.#options.onIncident?.({
       kind: "unsynced",
       error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
     });
   }
 
-  #succeeded(now: number): void {
-    this.#stats.syncs++;
-    this.#slow = false;
+  #succeeded(now: number, first: boolean): void {
+    if (first) this.#stats.syncs++;
     const down = this.#down;
     if (down === undefined) return;
     this.#down = undefined;
@@ -729,23 +495,13 @@ export class LocalFirstStore implements RateLimitStore {
   }
 }
 
-/** Raised when a sync outlives its bound. */
+/** Raised when an exchange outlives its bound. */
 export class SyncTimeoutError extends Error {
   /** Creates the error for a bound of `timeoutMs`. */
   constructor(timeoutMs: number) {
     super(`rate-limit sync did not answer within ${timeoutMs} ms`);
     this.name = "SyncTimeoutError";
   }
-}
-
-/** The batch's time: `now`, or the oldest request carried that waits for the answer. */
-function asOf(now: number, carried: ReadonlyArray<readonly [string, Caller]>): number {
-  let oldest = now;
-  for (const [, caller] of carried) {
-    const first = caller.waiting?.[0]?.now;
-    if (first !== undefined && first < oldest) oldest = first;
-  }
-  return oldest;
 }
 
 /** The longest delay `setTimeout` keeps (a longer one fires at once); longer bounds are none. */
@@ -758,41 +514,4 @@ function bounded<T>(result: Promise<T>, timeoutMs: number): Promise<T> {
     timer = setTimeout(() => reject(new SyncTimeoutError(timeoutMs)), timeoutMs);
   });
   return Promise.race([result, timeout]).finally(() => clearTimeout(timer));
-}
-
-function expire(caller: Caller, cutoff: number): void {
-  const mine = expiredIn(caller.log, cutoff);
-  if (mine > 0) {
-    caller.log = caller.log.slice(mine);
-    caller.members = caller.members.slice(mine);
-  }
-  const theirs = expiredIn(caller.others, cutoff);
-  if (theirs > 0) caller.others = caller.others.slice(theirs);
-}
-
-/** How many timestamps at the start of the ascending `log` are at or before `cutoff`. */
-function expiredIn(log: number[], cutoff: number): number {
-  let expired = 0;
-  while (expired < log.length && log[expired]! <= cutoff) expired++;
-  return expired;
-}
-
-function oldestOf(caller: Caller): number | undefined {
-  const mine = caller.log[0];
-  const theirs = caller.others[0];
-  if (mine === undefined) return theirs;
-  return theirs === undefined ? mine : Math.min(mine, theirs);
-}
-
-/** Inserts `t` and its sequence in order: a clock that stepped back makes `t` not the newest. */
-function insertInOrder(caller: Caller, t: number, sequence: number): void {
-  let i = caller.log.length;
-  if (i === 0 || caller.log[i - 1]! <= t) {
-    caller.log.push(t);
-    caller.members.push(sequence);
-    return;
-  }
-  while (i > 0 && caller.log[i - 1]! > t) i--;
-  caller.log.splice(i, 0, t);
-  caller.members.splice(i, 0, sequence);
 }

@@ -195,6 +195,61 @@ export class MemoryStore implements RateLimitStore {
     return this.#hitLog(id, log, now, cutoff);
   }
 
+  /**
+   * Counts a hit that another instance admitted at `t` (`local-first`: the shared hit log), whatever
+   * this store would have decided: it is not a request here. Inserted in order, as a request from a
+   * clock that stepped back is; a caller's log then keeps its newest `limit` times, which decide
+   * every later request exactly as the whole log would (the caller is refused while `limit` of them
+   * are in the window, and until the oldest of those leaves it). A time already out of the window of
+   * the caller's newest is ignored. A new caller is added as by a hit, under the same cap.
+   */
+  record(key: string, t: number): void {
+    checkTime(t);
+    const limit = this.#policy.limit;
+    const table = this.#table;
+    const id = table.find(key);
+    if (id < 0) {
+      if (table.size >= table.capacity) this.#evictOldest();
+      table.add(t);
+      return;
+    }
+    const newest = table.time[id]!;
+    const cutoff = Math.max(t, newest) - this.#policy.windowMs;
+    if (t <= cutoff) return;
+    if (table.logs.count(id) > 0) {
+      const logs = table.logs;
+      const count = logs.trim(id, cutoff);
+      if (count === 0) {
+        table.time[id] = t;
+        return;
+      }
+      if (count >= limit) {
+        if (t <= logs.oldest(id)) return;
+        logs.dropOldest(id, count - limit + 1);
+      }
+      if (!logs.push(id, t)) table.setLog(id, runLogOf(logs, id, t));
+    } else {
+      const log = table.logOf(id);
+      if (log !== undefined) {
+        trim(log, cutoff);
+        if (countOf(log) === 0) {
+          table.setLog(id, undefined);
+          table.time[id] = t;
+          return;
+        }
+        add(log, t);
+        if (countOf(log) > limit) keepNewest(log, limit);
+      } else if (newest <= cutoff) {
+        table.time[id] = t;
+        return;
+      } else if (limit > 1) {
+        if (this.#pooled) table.logs.start(id, newest, t);
+        else table.setLog(id, twoRequests(newest, t));
+      }
+    }
+    if (t > newest) table.time[id] = t;
+  }
+
   /** {@inheritDoc RateLimitStore.peek} */
   peek(key: string, now: number): Decision {
     if (this.#clock !== undefined) now = this.#clock();

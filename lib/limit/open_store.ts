@@ -1,7 +1,7 @@
 /**
  * Opens the rate-limit store the configuration names: in memory, or a shared store (Deno KV, Redis)
- * either wrapped in the failure policy (`exact`) or decided locally and synced in batches
- * (`local-first`, `local_first.ts` over a backend of `sync.ts`).
+ * either wrapped in the failure policy (`exact`) or decided locally and shared through a hit log
+ * (`local-first`, `local_first.ts` over `redis_hit_log.ts` or `kv_hit_log.ts`).
  *
  * The shared stores and the failure policy are imported only when chosen, so a service on the memory
  * store loads neither them nor the Redis client, nor needs `--unstable-kv`.
@@ -11,7 +11,8 @@
 
 import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.ts";
 import type { StoreFailurePolicy, StoreIncident } from "./guard.ts";
-import type { SyncBackend, SyncIncident } from "./local_first.ts";
+import type { HitLog } from "./hit_log.ts";
+import type { SyncIncident } from "./local_first.ts";
 import { MemoryStore } from "./memory.ts";
 import { kvClock, memoryClock } from "./steady_clock.ts";
 
@@ -50,7 +51,7 @@ export interface StoreSettings extends PolicySettings {
 
 /** Options of {@linkcode openRateLimitStore}. */
 export interface OpenStoreOptions {
-  /** Called when the memory store reaches its caller cap. */
+  /** Called when the memory store (also `local-first`'s) reaches its caller cap. */
   onCapacity?: (tracked: number) => void;
   /** Receives the start and the end of every shared-store incident. */
   onIncident?: (incident: StoreIncident) => void;
@@ -61,8 +62,8 @@ export interface OpenStoreOptions {
    * store itself, timed); omitted means no wrapper.
    */
   wrapStore?: (store: RateLimitStore) => RateLimitStore;
-  /** Wraps the backend of `local-first` (telemetry: every sync, timed); omitted means no wrapper. */
-  wrapBackend?: (backend: SyncBackend) => SyncBackend;
+  /** Wraps the hit log of `local-first` (telemetry: every exchange, timed); omitted means no wrapper. */
+  wrapBackend?: (log: HitLog) => HitLog;
   /**
    * Called once per episode when this instance's clock is more than a second from the shared store's
    * (Deno KV: behind another instance's stamps), with the offset in ms (`store_clock.ts`).
@@ -90,8 +91,8 @@ export const REDIS_PROBE_INTERVAL_MS = 250;
 /**
  * Opens the configured store. A shared store that is unreachable at start-up does not stop the
  * service: in `exact` its calls fail, the failure policy answers, and limiting resumes when the
- * store is back; in `local-first` its syncs fail, each instance limits by its own log meanwhile,
- * and the first sync that succeeds reconciles the counts.
+ * store is back; in `local-first` its exchanges fail, each instance limits by what it knows
+ * meanwhile, and the backlog of hits is sent once the store answers.
  */
 export async function openRateLimitStore(
   config: StoreSettings,
@@ -151,49 +152,55 @@ export async function openRateLimitStore(
   );
 }
 
-/** The `local-first` store over the configured backend. */
+/**
+ * The `local-first` store over the configured hit log. Its first exchange, which reads the last
+ * window of every instance's hits, is awaited here, before the service listens (bounded by the sync
+ * timeout: a store down at start-up is an outage like any other).
+ */
 async function openLocalFirst(
   config: StoreSettings,
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
-  const { StoreClock, observedClock, stampedBy, watchingStamps } = await import(
-    "./store_clock.ts"
-  );
+  const { StoreClock, observedClock, stampedBy } = await import("./store_clock.ts");
   const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
-  let backend: SyncBackend;
+  // One id per process: a restarted process is a new writer, and reads its predecessor's batches.
+  const instance = crypto.randomUUID().slice(0, 13);
+  let log: HitLog;
   let clock: InstanceType<typeof StoreClock>;
   if (config.rateLimitStore === "kv") {
-    const { KvSyncBackend } = await import("./sync.ts");
-    backend = new KvSyncBackend(await Deno.openKv(config.kvPath), policy.windowMs, {
+    const { KvHitLog } = await import("./kv_hit_log.ts");
+    log = new KvHitLog(await Deno.openKv(config.kvPath), policy.windowMs, {
+      instance,
       ownsKv: true,
     });
     // Deno KV has no clock: the others' stamps in this instance's future are what can be seen.
     clock = new StoreClock(onOffset);
-    backend = watchingStamps(backend, clock);
   } else {
-    const [{ RedisSyncBackend }, { openRedisStoreClient, logKey }] = await Promise.all([
-      import("./sync.ts"),
+    const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
+      import("./redis_hit_log.ts"),
       import("./redis_client.ts"),
     ]);
     const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
     const client = await openRedisStoreClient(redisTargetOf(config), { connectWaitMs });
-    backend = new RedisSyncBackend(client, policy.windowMs, { ownsClient: true });
+    log = new RedisHitLog(client, policy.windowMs, { instance, ownsClient: true });
     // Every instance reads the clock of the primary serving one key: one clock for all of them.
     const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
     clock = new StoreClock({ read: () => client.time(key), ...onOffset });
     await clock.firstSample(connectWaitMs);
   }
   const { LocalFirstStore } = await import("./local_first.ts");
-  const store = new LocalFirstStore(options.wrapBackend?.(backend) ?? backend, policy, {
+  const store = new LocalFirstStore(options.wrapBackend?.(log) ?? log, policy, {
     syncMs: config.rateLimitSyncMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
-    // A caller new here waits for the store at most as long as an `exact` decision would.
-    waitMs: config.rateLimitStoreTimeoutMs,
     maxCallers: config.rateLimitMaxCallers,
     clock: () => clock.now(),
+    instance,
+    ...(config.rateLimitStore === "kv" ? { onStamp: (t: number) => clock.observeStamp(t) } : {}),
     ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
+    ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
+  await store.sync();
   return config.rateLimitStore === "redis" ? stampedBy(store, clock) : observedClock(store, clock);
 }
 

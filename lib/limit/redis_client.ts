@@ -1,5 +1,5 @@
 /**
- * The connection of the Redis store and sync to any Redis topology a team runs: one server
+ * The connection of the Redis store and hit log to any Redis topology a team runs: one server
  * (`single`), a Redis/Valkey Cluster (`cluster`: `createCluster`, which follows `MOVED` and `ASK`
  * and refreshes its map of slots when a primary fails over) or a primary found through Sentinel
  * (`sentinel`: `createSentinel`, which follows the sentinels' `switch-master`). Routing, failover and
@@ -67,10 +67,9 @@ const calculateSlot = ((slotModule as unknown as { default?: unknown }).default 
   slotModule) as (key: string) => number;
 
 /**
- * How many hash tags a cluster's logs are spread over. A caller's log is one key whatever the
- * topology; on a cluster it carries one of these tags, picked by the caller, so that a sync needs one
- * script per tag (at most this many, pipelined per primary) rather than one per caller, while the
- * tags' slots, evenly spaced, spread the logs over up to this many primaries.
+ * How many hash tags a cluster's logs (`exact`) are spread over. A caller's log is one key whatever
+ * the topology; on a cluster it carries one of these tags, picked by the caller, and the tags' slots,
+ * evenly spaced, spread the logs over up to this many primaries.
  */
 export const CLUSTER_KEY_TAGS = 16;
 
@@ -98,7 +97,7 @@ export function logKey(type: RedisType, prefix: string, caller: string): string 
   return `${prefix}{${TAGS[calculateSlot(caller) % CLUSTER_KEY_TAGS]}}${caller}`;
 }
 
-/** What the store and the sync send, whatever the topology. */
+/** What the store and the hit log send, whatever the topology. */
 export interface RedisStoreClient {
   /** The topology this client speaks to. */
   readonly type: RedisType;
@@ -118,8 +117,8 @@ export interface RedisStoreClient {
   peek(key: string, windowMs: number, now?: number): Promise<unknown>;
   /** Reads the clock of the primary serving `key`, in ms since the epoch. */
   time(key: string): Promise<number>;
-  /** Runs the sync script on `keys`, which a cluster needs in one hash slot. */
-  sync(keys: string[], args: string[]): Promise<unknown>;
+  /** Runs the hit log's exchange script on its two keys, which share one hash slot. */
+  exchange(keys: [string, string], args: string[]): Promise<unknown>;
   /** The hash slot of `key` on a cluster; undefined elsewhere (every key on one primary). */
   slotOf(key: string): number | undefined;
   /** The address of the primary serving `slot` as the client last saw it (cluster only). */
@@ -148,7 +147,7 @@ interface ScriptClient {
   ): Promise<unknown>;
   rateLimitPeek(key: string, windowMs: number, now: number | undefined): Promise<unknown>;
   rateLimitTime(key: string): Promise<unknown>;
-  rateLimitSync(keys: string[], args: string[]): Promise<unknown>;
+  rateLimitExchange(keys: [string, string], args: string[]): Promise<unknown>;
   readonly isReady: boolean;
   readonly isOpen: boolean;
   connect(): Promise<unknown>;
@@ -296,8 +295,8 @@ class Connection implements RedisStoreClient {
     return ms;
   }
 
-  sync(keys: string[], args: string[]): Promise<unknown> {
-    return this.#checked(() => this.#client.rateLimitSync(keys, args));
+  exchange(keys: [string, string], args: string[]): Promise<unknown> {
+    return this.#checked(() => this.#client.rateLimitExchange(keys, args));
   }
 
   slotOf(key: string): number | undefined {

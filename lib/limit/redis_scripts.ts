@@ -5,8 +5,8 @@
  *
  * Every script names the keys it touches, so that a Redis Cluster routes it to the node owning them
  * and a managed cluster (ElastiCache Serverless refuses a script without a key) accepts it. The
- * decision scripts touch one caller's log; the sync script touches the logs of one batch, which the
- * cluster's sync groups by hash slot first (`sync.ts`).
+ * decision scripts touch one caller's log; the exchange script touches the hit log's two keys, which
+ * share one hash tag.
  *
  * @module
  */
@@ -66,41 +66,63 @@ return now
 `;
 
 /**
- * KEYS = the callers' logs; ARGV = now, window ms, the instance's member tag (`:<id>:`), then per key
- * the number of new hits followed by (score, member) pairs. Returns, per key, the other instances'
- * scores in the window. `ZADD` of a member already there only sets its score again: a batch sent
- * twice counts once.
+ * The `local-first` hit log's exchange (`redis_hit_log.ts`). KEYS[1] = the stream, KEYS[2] = the
+ * hash of each instance's last batch number (one hash tag: one slot on a cluster). ARGV = how long
+ * the stream keeps a batch (ms), the id read last (empty: read the last window), the instance, the
+ * batch's number and hits (base64; empty: nothing to append), the most entries read.
+ *
+ * Appends the batch unless that instance already appended one with this number (an exchange that
+ * timed out and landed), trimming what is older than the window (`MINID ~`, by the server's clock),
+ * then reads the entries after the id read last: returns {the last id read, the number of entries
+ * read, then instance, number, hits of every entry of another instance}. When nothing follows the
+ * id read last and the stream ends before it (a failover) or is gone, the id returned is the
+ * stream's end (or empty: read from the window's start), so that new entries are not skipped.
  */
-const SYNC_SCRIPT = `
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local tag = ARGV[3]
-local cutoff = now - window
-local a = 4
-local out = {}
-for i, key in ipairs(KEYS) do
-  local n = tonumber(ARGV[a])
-  a = a + 1
-  local j = 0
-  while j < n do
-    local args = {}
-    local chunk = math.min(n - j, 500)
-    for k = 1, chunk do
-      args[#args + 1] = ARGV[a]
-      args[#args + 1] = ARGV[a + 1]
-      a = a + 2
-    end
-    redis.call('ZADD', key, unpack(args))
-    j = j + chunk
+const EXCHANGE_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = tonumber(ARGV[1])
+local minid = tostring(now - keep)
+local instance = ARGV[3]
+if ARGV[4] ~= '' then
+  local seq = tonumber(ARGV[4])
+  local last = tonumber(redis.call('HGET', KEYS[2], instance) or '-1')
+  if seq > last then
+    redis.call('XADD', KEYS[1], 'MINID', '~', minid, '*', 'i', instance, 's', ARGV[4], 'h', ARGV[5])
+    redis.call('HSET', KEYS[2], instance, ARGV[4])
+    redis.call('PEXPIRE', KEYS[2], keep)
+    redis.call('PEXPIRE', KEYS[1], keep)
   end
-  if n > 0 then redis.call('PEXPIRE', key, window + 1000) end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  local members = redis.call('ZRANGEBYSCORE', key, '(' .. cutoff, '+inf', 'WITHSCORES')
-  local others = {}
-  for m = 1, #members, 2 do
-    if not string.find(members[m], tag, 1, true) then others[#others + 1] = members[m + 1] end
+end
+local from = minid
+if ARGV[2] ~= '' then from = '(' .. ARGV[2] end
+local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', tonumber(ARGV[6]))
+local out = {ARGV[2], #entries}
+if #entries > 0 then
+  out[1] = entries[#entries][1]
+elseif ARGV[2] ~= '' then
+  -- Nothing after the cursor: a stream that ends before it (a failover to a replica that lacked the
+  -- last entries, whose new ids may fall below the cursor) or that is gone (a Redis restarted
+  -- empty) moves the cursor back: every entry up to its end was read already.
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last == 0 then
+    out[1] = ''
+  else
+    local lm, ls = string.match(last[1][1], '(%d+)-(%d+)')
+    local cm, cs = string.match(ARGV[2], '(%d+)-(%d+)')
+    lm, ls, cm, cs = tonumber(lm), tonumber(ls), tonumber(cm), tonumber(cs)
+    if lm < cm or (lm == cm and ls < cs) then out[1] = last[1][1] end
   end
-  out[i] = others
+end
+for _, entry in ipairs(entries) do
+  local f = entry[2]
+  local fields = {}
+  for k = 1, #f, 2 do fields[f[k]] = f[k + 1] end
+  if fields['i'] ~= instance then
+    out[#out + 1] = fields['i']
+    out[#out + 1] = fields['s']
+    out[#out + 1] = fields['h']
+  end
 end
 return out
 `;
@@ -144,11 +166,10 @@ export const SCRIPTS = {
     },
     transformReply: (reply: unknown) => reply,
   }),
-  rateLimitSync: defineScript({
-    // The number of keys varies: pushed by parseCommand before the keys.
-    SCRIPT: SYNC_SCRIPT,
-    parseCommand(parser, keys: string[], args: string[]) {
-      parser.push(String(keys.length));
+  rateLimitExchange: defineScript({
+    NUMBER_OF_KEYS: 2,
+    SCRIPT: EXCHANGE_SCRIPT,
+    parseCommand(parser, keys: [string, string], args: string[]) {
       parser.pushKeys(keys);
       parser.push(...args);
     },

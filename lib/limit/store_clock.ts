@@ -24,14 +24,13 @@
  * `ratelimit.clock.offset` metric and one warning line per episode above {@linkcode WARN_OFFSET_MS}.
  *
  * A store with no clock of its own (Deno KV) cannot be corrected: {@linkcode StoreClock.observeStamp}
- * takes the stamps other instances wrote and reports the lead of one written in this instance's
+ * takes the stamps other instances wrote (`local-first`'s `onStamp`) and reports the lead of one written in this instance's
  * future (another clock ahead of this one) as the offset.
  *
  * @module
  */
 
 import type { Decision } from "./decision.ts";
-import type { SyncBackend } from "./local_first.ts";
 
 /** An offset above this, either way, is reported once per episode (ms). */
 export const WARN_OFFSET_MS = 1000;
@@ -276,27 +275,4 @@ class Stamped implements StampableStore {
     this.#clock.close();
     return this.#store.close();
   }
-}
-
-/**
- * Passes every sync's reply through, showing the other instances' newest stamp of each caller to
- * `clock` (Deno KV `local-first`: a stamp in this instance's future is a clock ahead of it).
- */
-export function watchingStamps(backend: SyncBackend, clock: StoreClock): SyncBackend {
-  return {
-    async sync(batch) {
-      const reply = await backend.sync(batch);
-      for (const stamps of reply.values()) {
-        let newest = -Infinity;
-        for (const t of stamps) if (t > newest) newest = t;
-        if (newest > -Infinity) clock.observeStamp(newest);
-      }
-      return reply;
-    },
-    get roundTrips() {
-      return backend.roundTrips;
-    },
-    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
-    close: () => backend.close(),
-  };
 }

@@ -30,7 +30,7 @@ import {
 } from "@opentelemetry/api";
 import type { Decision, RateLimitStore } from "../limit/decision.ts";
 import type { StoreFailurePolicy } from "../limit/guard.ts";
-import type { SyncBackend, SyncBatch } from "../limit/local_first.ts";
+import type { HitLog, LogBatch } from "../limit/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
@@ -56,8 +56,11 @@ export type FetchHandler<I> = (request: Request, info: I) => Response | Promise<
 
 /** What the store opened by `openRateLimitStore` may expose to be observed (read at each export). */
 export interface ObservableStore {
-  /** Memory and `local-first` stores: callers tracked now, and (memory) forgotten at the cap. */
-  stats?: () => { tracked: number; evicted?: number };
+  /**
+   * Memory and `local-first` stores: callers tracked now, forgotten at the cap, and (`local-first`)
+   * the bytes of hits waiting to be sent and the hits never sent (the backlog was full).
+   */
+  stats?: () => { tracked: number; evicted?: number; backlogBytes?: number; droppedHits?: number };
   /** The failure policy's guard: the breaker's state. */
   breakerState?: BreakerState;
   /** The failure policy's guard: whether a decision is the policy's answer. */
@@ -93,8 +96,8 @@ export interface Telemetry {
   wrapDecisions(store: RateLimitStore & ObservableStore): RateLimitStore;
   /** Times every call to the shared store of `exact`, each as a child span of its request. */
   wrapStore(store: RateLimitStore): RateLimitStore;
-  /** Times every sync of `local-first`, with its batch size and the time since the last good one. */
-  wrapBackend(backend: SyncBackend): SyncBackend;
+  /** Times every exchange of `local-first`, with its batch size and the time since the last good one. */
+  wrapBackend(log: HitLog): HitLog;
   /** Counts the breaker's transitions from the guard's incidents (`unavailable`, `recovered`). */
   incident(incident: { kind: string }): void;
   /** Counts the listener's accept failures and its time down. */
@@ -240,7 +243,7 @@ function outcomeAttributes(store: RateLimitStoreKind): Record<DecisionOutcome, A
   };
 }
 
-/** The gauges read at each export: callers tracked, forgotten at the cap, breaker state. */
+/** The gauges read at each export: callers tracked, forgotten at the cap, backlog, breaker state. */
 function observeStore(store: ObservableStore, meter: Meter, kind: RateLimitStoreKind): void {
   const attributes = { "ratelimit.store": kind };
   const stats = store.stats?.bind(store);
@@ -255,6 +258,16 @@ function observeStore(store: ObservableStore, meter: Meter, kind: RateLimitStore
       description: "Callers the memory store forgot because its cap was reached",
       unit: "{caller}",
     }).addCallback((result) => result.observe(stats().evicted ?? 0, attributes));
+  }
+  if (stats !== undefined && stats().backlogBytes !== undefined) {
+    meter.createObservableGauge("ratelimit.sync.backlog", {
+      description: "Bytes of admitted hits waiting to be sent to the hit log (local-first)",
+      unit: "By",
+    }).addCallback((result) => result.observe(stats().backlogBytes ?? 0, attributes));
+    meter.createObservableCounter("ratelimit.sync.dropped", {
+      description: "Admitted hits never sent to the hit log: the backlog was full (local-first)",
+      unit: "{hit}",
+    }).addCallback((result) => result.observe(stats().droppedHits ?? 0, attributes));
   }
   const offset = store.clockOffsetMs?.bind(store);
   if (offset !== undefined) {
@@ -371,36 +384,39 @@ function finishCall(
   span.end();
 }
 
-/** Times every sync of `local-first`, records its batch size, and observes the last good one's age. */
-function syncTiming(backend: SyncBackend, meter: Meter, options: TelemetryOptions): SyncBackend {
+/**
+ * Times every exchange of `local-first`'s hit log, records the bytes of hits it sent, and observes
+ * the last good one's age.
+ */
+function syncTiming(log: HitLog, meter: Meter, options: TelemetryOptions): HitLog {
   const now = options.now ?? Date.now;
   const attributes = { "ratelimit.store": options.storeKind };
   const duration = meter.createHistogram("ratelimit.sync.duration", {
-    description: "Duration of local-first syncs (one batch each)",
+    description: "Duration of local-first exchanges with the hit log (one batch each)",
     unit: "s",
     advice: { explicitBucketBoundaries: STORE_BUCKETS },
   });
   const size = meter.createHistogram("ratelimit.sync.batch.size", {
-    description: "Callers carried by one local-first sync",
-    unit: "{caller}",
+    description: "Bytes of hits one local-first exchange sent",
+    unit: "By",
   });
   let lastGood = now();
   meter.createObservableGauge("ratelimit.sync.age", {
     description:
-      "Time since the last local-first sync that succeeded (since start before the first)",
+      "Time since the last local-first exchange that succeeded (since start before the first)",
     unit: "s",
   }).addCallback((result) => result.observe((now() - lastGood) / 1000, attributes));
-  const sync = async (batch: SyncBatch) => {
+  const exchange = async (mine: LogBatch | null) => {
     const started = performance.now();
     const record = (failed: boolean) => {
       const ms = performance.now() - started;
       const outcome = outcomeOf(failed, ms, options.syncTimeoutMs);
       duration.record(ms / 1000, { ...attributes, "ratelimit.sync.outcome": outcome });
-      size.record(batch.callers.size, attributes);
+      size.record(mine?.hits.length ?? 0, attributes);
       if (outcome === "ok") lastGood = now();
     };
     try {
-      const reply = await backend.sync(batch);
+      const reply = await log.exchange(mine);
       record(false);
       return reply;
     } catch (error) {
@@ -409,11 +425,13 @@ function syncTiming(backend: SyncBackend, meter: Meter, options: TelemetryOption
     }
   };
   return {
-    sync,
+    exchange,
     get roundTrips() {
-      return backend.roundTrips;
+      return log.roundTrips;
     },
-    ...(backend.maxCallers === undefined ? {} : { maxCallers: backend.maxCallers }),
-    close: () => backend.close(),
+    get maxBatchBytes() {
+      return log.maxBatchBytes;
+    },
+    close: () => log.close(),
   };
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The VM recipe's throughput by store: two service instances (`deno run main.ts --listen` with the
-# unit's HOSTNAME, PORT and TRUSTED_PROXIES and the compile task's flags, default limit 60 per 60 s)
+# unit's HOSTNAME, PORT and TRUSTED_PROXIES and the compile task's permission flags, its state folder
+# mapped to a temporary one, default limit 60 per 60 s)
 # behind real nginx from deploy/nginx.conf (loopback ports, one worker), with the upstream's
 # balancing as shipped (`hash`) or round robin (`rr`). With `many`, wrk sends each request as one of
 # 5,000 callers in X-Forwarded-For and the bench's nginx alone takes the client address from it
@@ -28,6 +29,12 @@ init = function()
 end
 request = function() return reqs[math.random(0, 4999)] end
 LUA
+compile_flags() { # state dir: the permission and unstable flags the compiled binary carries
+  deno eval --quiet 'const task = JSON.parse(Deno.readTextFileSync("deno.json")).tasks.compile;
+    console.log(task.split(/\s+/).filter((f) => /^--(allow-|unstable-|v8-flags=)/.test(f))
+      .map((f) => f.replaceAll("/var/lib/discovery", Deno.args[0]))
+      .map((f) => f.startsWith("--allow-read=") ? `${f},.` : f).join(" "));' "$1"
+}
 free_port() {
   deno eval 'const l = Deno.listen({ hostname: "127.0.0.1", port: 0 }); console.log(l.addr.port); l.close();'
 }
@@ -58,8 +65,7 @@ run() { # round store balancing callers
   for p in $p1 $p2; do
     env HOSTNAME=127.0.0.1 PORT="$p" TRUSTED_PROXIES=127.0.0.1,::1 \
       PUBLIC_BASE_URL=https://discovery.example.com "${store_env[@]}" \
-      timeout 120 deno run --v8-flags=--max-semi-space-size=2 --unstable-net --unstable-kv \
-      --allow-net --allow-env --allow-read --allow-write main.ts --listen >/dev/null 2>"$dir/$p.log" &
+      timeout 120 deno run $(compile_flags "$dir") main.ts --listen >/dev/null 2>"$dir/$p.log" &
     pids+=($!)
   done
   nginx_conf "$dir" "$port" "$p1" "$p2" "$3"

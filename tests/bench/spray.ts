@@ -118,6 +118,43 @@ interface Result {
   max: number;
   non2xx: number;
   errors: number;
+  /** `local-first`: the hits the store's hit log holds a second after the spray (else undefined). */
+  held: number | undefined;
+}
+
+/**
+ * The hits the shared hit log of `local-first` holds now (KV: read as a process that starts reads
+ * them, a first exchange; Redis: the stream): what "nothing lost" compares with the requests
+ * admitted.
+ */
+async function heldHits(env: Record<string, string>): Promise<number | undefined> {
+  if (env.RATE_LIMIT_CONSISTENCY !== "local-first") return undefined;
+  const { decodeHits } = await import("../../lib/limit/hit_codec.ts");
+  if (env.RATE_LIMIT_STORE === "redis") {
+    // redis-cli rather than the service's client, which reads environment variables this bench
+    // may not: the stream's `h` fields, one per line.
+    const out = await new Deno.Command("redis-cli", {
+      args: ["-u", env.REDIS_URL!, "--raw", "XRANGE", "rate_limit:{hitlog}", "-", "+"],
+      stdout: "piped",
+    }).output();
+    const lines = new TextDecoder().decode(out.stdout).split("\n");
+    let held = 0;
+    for (let i = 0; i + 1 < lines.length; i++) {
+      if (lines[i] !== "h") continue;
+      decodeHits(Uint8Array.fromBase64(lines[++i]!), () => held++);
+    }
+    return held;
+  }
+  const { KvHitLog } = await import("../../lib/limit/kv_hit_log.ts");
+  const kv = await Deno.openKv(env.KV_PATH!);
+  const log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
+  try {
+    let held = 0;
+    for (const batch of await log.exchange(null)) decodeHits(batch.hits, () => held++);
+    return held;
+  } finally {
+    await log.close();
+  }
 }
 
 /** The store's environment and its extra `deno run` permissions, for the duration of `body`. */
@@ -285,6 +322,9 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
         args: ["-c", `echo 5 > /proc/${service.pid}/clear_refs`],
       }).output();
       const r = await sprayWith(port);
+      // One second: the service's last exchanges (every RATE_LIMIT_SYNC_MS) have landed.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const held = await heldHits(storeEnv);
       await new Promise((resolve) => setTimeout(resolve, afterSeconds * 1000));
       const after = await status(service.pid);
       return {
@@ -301,6 +341,7 @@ async function spray(store: string, cap: number, run: number): Promise<Result> {
         max: r.max_us / 1000,
         non2xx: r.non2xx3xx,
         errors: r.errors,
+        held,
       };
     });
   });
@@ -334,6 +375,11 @@ for (let run = 1; run <= runs; run++) {
         r.non2xx ? `${r.non2xx.toLocaleString("en")} not 2xx` : "",
         r.errors ? `${r.errors.toLocaleString("en")} socket errors` : "",
         r.requests < callers ? `stopped at ${maxSeconds} s` : "",
+        r.held === undefined
+          ? ""
+          : `store holds ${r.held.toLocaleString("en")} of ${
+            (r.requests - r.non2xx).toLocaleString("en")
+          } admitted`,
       ].filter((note) => note !== "");
       rows.push(
         `| ${run} | ${LABELS[store]} | ${r.cap.toLocaleString("en")} | ${

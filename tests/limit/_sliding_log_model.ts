@@ -44,6 +44,16 @@ export class SlidingLogModel {
     this.#logs.set(key, dedupe(next));
   }
 
+  /**
+   * Counts a hit another instance admitted at `t` (`MemoryStore.record`): in order, and the log keeps
+   * its newest `limit` times (they decide every later request as the whole log would).
+   */
+  record(key: string, t: number): void {
+    const logs = this.#logs.get(key) ?? [[]];
+    const next = logs.map((log) => [...log, t].sort((a, b) => a - b).slice(-this.#limit));
+    this.#logs.set(key, dedupe(next));
+  }
+
   /** Checks the store's report on `key` at `now` (nothing is counted). */
   peek(key: string, now: number, answer: Answer): void {
     this.#logs.set(key, this.#pick(key, now, answer, "peek"));

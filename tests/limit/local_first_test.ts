@@ -1,10 +1,10 @@
 /**
  * `local-first`: a decision never waits for the store; the overshoot across instances stays within
- * {@linkcode overshootBound} (a fast-check property over simulated instances, syncs and store
- * latency, checked against the exact sliding-window model); a store that is down leaves each instance
- * limiting by its own log; recovery sends the queued hits without refusing anyone for it.
+ * {@linkcode overshootBound} (a fast-check property over simulated instances, exchanges, store
+ * latency and restarts, checked against the exact sliding-window model); a store that is down leaves
+ * each instance limiting by what it knows; recovery sends the backlog; the backlog is bounded.
  *
- * The simulation drives the real {@linkcode LocalFirstStore} with an injected clock and a backend
+ * The simulation drives the real {@linkcode LocalFirstStore} with an injected clock and a hit log
  * whose round trips take simulated time; the real stores over Redis and KV are in
  * `local_first_shared_test.ts`.
  *
@@ -17,15 +17,12 @@ import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import {
   LocalFirstStore,
-  MAX_QUIET_CALLERS,
-  MAX_SYNC_CALLERS,
-  MAX_WAITING_CALLERS,
+  MAX_EXCHANGES_PER_SYNC,
   overshootBound,
-  SWEEP_PER_SYNC,
-  type SyncBackend,
-  type SyncBatch,
   type SyncIncident,
 } from "../../lib/limit/local_first.ts";
+import { decodeHits } from "../../lib/limit/hit_codec.ts";
+import { SharedBatches } from "./_shared_hit_log.ts";
 
 const WINDOW_MS = 1000;
 const NUM_RUNS = 150;
@@ -53,48 +50,6 @@ class Simulation {
   }
 }
 
-/** The shared store: every instance's hits with their member ids, as Redis keeps them. */
-class SimulatedBackend implements SyncBackend {
-  roundTrips = 0;
-  down = false;
-  constructor(
-    readonly sim: Simulation,
-    readonly rttMs: number,
-    readonly shared: Map<string, Map<string, { t: number; instance: string }>>,
-    readonly windowMs: number,
-  ) {}
-
-  sync(batch: SyncBatch): Promise<Map<string, number[]>> {
-    this.roundTrips++;
-    return new Promise((resolve, reject) => {
-      this.sim.at(this.sim.now + this.rttMs / 2, () => {
-        if (this.down) {
-          this.sim.at(this.sim.now + this.rttMs / 2, () => reject(new Error("connection refused")));
-          return;
-        }
-        const reply = this.#apply(batch);
-        this.sim.at(this.sim.now + this.rttMs / 2, () => resolve(reply));
-      });
-    });
-  }
-
-  #apply(batch: SyncBatch): Map<string, number[]> {
-    const reply = new Map<string, number[]>();
-    for (const [key, entry] of batch.callers) {
-      let log = this.shared.get(key);
-      if (log === undefined) this.shared.set(key, log = new Map());
-      for (const [t, member] of entry.fresh) log.set(member, { t, instance: batch.instance });
-      const others = [...log.values()]
-        .filter((hit) => hit.instance !== batch.instance && hit.t > batch.now - this.windowMs)
-        .map((hit) => hit.t);
-      reply.set(key, others);
-    }
-    return reply;
-  }
-
-  close(): void {}
-}
-
 interface Scenario {
   limit: number;
   instances: number;
@@ -106,8 +61,9 @@ interface Scenario {
   requests: Array<{ t: number; instance: number }>;
   /**
    * When an instance's process is replaced (a restart, a one-port handover): the old store closes
-   * (flushing what it has not sent) and a new one, with a new id and an empty log, takes its
-   * requests from that time on.
+   * (flushing what it has not sent) and a new one, with a new id and an empty memory store, reads
+   * the log (its first exchange) before it takes requests; the requests that reach the instance
+   * meanwhile are refused at the door (connection refused), not admitted.
    */
   restarts?: Array<{ t: number; instance: number }>;
 }
@@ -118,27 +74,33 @@ interface Outcome {
   roundTrips: number;
 }
 
-/** Runs `scenario` on `instances` real stores syncing through one simulated backend. */
+/** Runs `scenario` on `instances` real stores sharing one simulated hit log. */
 async function simulate(scenario: Scenario): Promise<Outcome> {
   const sim = new Simulation();
   const windowMs = scenario.windowMs ?? WINDOW_MS;
   const policy: RateLimitPolicy = { limit: scenario.limit, windowMs };
-  const backend = new SimulatedBackend(sim, scenario.rttMs, new Map(), windowMs);
-  const open = (id: string) =>
-    new LocalFirstStore(backend, policy, {
+  const shared = new SharedBatches(() => sim.now, windowMs);
+  const logs: Array<{ roundTrips: number }> = [];
+  const open = (id: string) => {
+    const log = shared.log({ delay: (run) => sim.at(sim.now + scenario.rttMs / 2, run) });
+    logs.push(log);
+    return new LocalFirstStore(log, policy, {
       syncMs: scenario.syncMs,
       syncTimeoutMs: 1e9,
       clock: () => sim.now,
       autoSync: false,
       instance: id,
     });
+  };
   const stores = Array.from({ length: scenario.instances }, (_, i) => open(`i${i}`));
+  const ready = new Set<LocalFirstStore>(stores);
   const closed = new Set<LocalFirstStore>();
   // The real store's loop: one sync in flight, starts at least `syncMs` apart.
   const tick = (store: LocalFirstStore) => {
     if (closed.has(store)) return;
     const started = sim.now;
     void store.sync().finally(() => {
+      ready.add(store);
       sim.at(sim.now + Math.max(0, scenario.syncMs - (sim.now - started)), () => tick(store));
     });
   };
@@ -159,17 +121,16 @@ async function simulate(scenario: Scenario): Promise<Outcome> {
   const admitted: Outcome["admitted"] = [];
   for (const request of scenario.requests) {
     sim.at(request.t, () => {
-      // A caller new to the instance waits for the store's answer: decided when it comes back.
-      void Promise.resolve(stores[request.instance]!.hit("caller", sim.now)).then((decision) => {
-        if (decision.allowed) admitted.push(request);
-      });
+      const store = stores[request.instance]!;
+      if (!ready.has(store)) return;
+      if (store.hit("caller", sim.now).allowed) admitted.push(request);
     });
   }
   const end = Math.max(0, ...scenario.requests.map((r) => r.t)) + 1;
   await sim.runUntil(end + 4 * scenario.rttMs + 2 * scenario.syncMs);
   admitted.sort((a, b) => a.t - b.t);
   const staleMs = 2 * Math.max(scenario.syncMs, scenario.rttMs) + scenario.rttMs;
-  return { admitted, staleMs, roundTrips: backend.roundTrips };
+  return { admitted, staleMs, roundTrips: logs.reduce((n, log) => n + log.roundTrips, 0) };
 }
 
 const scenarioArbitrary = fc.record({
@@ -201,13 +162,7 @@ function generation(scenario: Scenario, instance: number, t: number): number {
 Deno.test("local-first admits at most limit + the requests the other processes took in the last D, in any window, across restarts", async () => {
   await fc.assert(
     fc.asyncProperty(scenarioArbitrary, async (scenario) => {
-      const { admitted, staleMs: steadyMs } = await simulate(scenario);
-      // A request that waited for the store (a caller's first at a process) is queued for the next
-      // sync only once decided: at most W = 2·max(syncMs, rtt) + 4·rtt after it arrived (the sync
-      // in flight, one answer, a second read due a sync period and a round trip later, picked up by
-      // the loop, and its answer). Its hit reaches the others within D + W.
-      const { syncMs, rttMs } = scenario;
-      const staleMs = steadyMs + 2 * Math.max(syncMs, rttMs) + 4 * rttMs;
+      const { admitted, staleMs } = await simulate(scenario);
       // Every process that served the caller counts as an instance: a restarted one is a new one.
       const processes = scenario.instances + (scenario.restarts?.length ?? 0);
       const cap = (processes - 1) * scenario.limit;
@@ -215,10 +170,9 @@ Deno.test("local-first admits at most limit + the requests the other processes t
         `${r.instance}:${generation(scenario, r.instance, r.t)}`;
       for (const last of admitted) {
         const inWindow = admitted.filter((a) => a.t > last.t - WINDOW_MS && a.t <= last.t).length;
-        // What the deciding process could not have seen: the other processes' requests of the
-        // last D. A caller new to it is decided once the store has answered, so this holds from
-        // its first request (a restarted process included), not only after its first sync.
-        const unseen = scenario.requests.filter((r) =>
+        // What the deciding process could not have seen: the other processes' admitted requests
+        // of the last D (a restarted process read the log before its first request).
+        const unseen = admitted.filter((r) =>
           processOf(r) !== processOf(last) && r.t >= last.t - staleMs && r.t <= last.t
         ).length;
         const bound = scenario.limit + Math.min(unseen, cap);
@@ -284,203 +238,260 @@ Deno.test("overshootBound is capped by what the other instances can admit on the
   );
 });
 
-/** A backend whose calls never settle, or fail, as the test chooses. */
-class BrokenBackend implements SyncBackend {
-  roundTrips = 0;
-  mode: "hang" | "fail" | "answer" = "hang";
-  received: SyncBatch[] = [];
-  sync(batch: SyncBatch): Promise<Map<string, number[]>> {
-    this.roundTrips++;
-    if (this.mode === "hang") return new Promise(() => {});
-    if (this.mode === "fail") return Promise.reject(new Error("connection refused"));
-    this.received.push(batch);
-    return Promise.resolve(new Map());
+const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
+const T0 = 1_700_000_000_000;
+
+/** Two stores on one shared log, exchanged by hand, at a clock the test moves. */
+function pair(options: { maxBacklogBytes?: number; maxBatchBytes?: number } = {}) {
+  const clock = { now: T0 };
+  const shared = new SharedBatches(() => clock.now, POLICY.windowMs);
+  const incidents: SyncIncident[] = [];
+  const open = (instance: string) => {
+    const log = shared.log(
+      options.maxBatchBytes === undefined ? {} : { maxBatchBytes: options.maxBatchBytes },
+    );
+    const store = new LocalFirstStore(log, POLICY, {
+      syncMs: 250,
+      syncTimeoutMs: 1000,
+      autoSync: false,
+      clock: () => clock.now,
+      instance,
+      onIncident: (incident) => incidents.push(incident),
+      ...(options.maxBacklogBytes === undefined
+        ? {}
+        : { maxBacklogBytes: options.maxBacklogBytes }),
+    });
+    return { store, log };
+  };
+  return { clock, shared, incidents, open };
+}
+
+/** Hits held by the batches in the shared log, by caller. */
+function heldBy(shared: SharedBatches): Map<string, number> {
+  const held = new Map<string, number>();
+  for (const { batch } of shared.batches) {
+    decodeHits(batch.hits, (key) => held.set(key, (held.get(key) ?? 0) + 1));
   }
-  close(): void {}
+  return held;
 }
 
-/** A decision the store must have answered at once. */
-function atOnce(decision: Decision | Promise<Decision>): Decision {
-  assert.ok(!(decision instanceof Promise), "answered without waiting for the store");
-  return decision;
-}
-
-Deno.test("local-first waits at most waitMs for a hanging store, then answers synchronously and still limits by its own log", async () => {
-  const backend = new BrokenBackend();
-  const store = new LocalFirstStore(backend, { limit: 3, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    waitMs: 20,
-    autoSync: false,
-  });
-  // A caller new here waits for the store's answer; the store hangs: decided locally after 20 ms.
-  const started = performance.now();
-  const first = store.hit("caller", 1000);
-  assert.ok(first instanceof Promise);
-  assert.equal((await first).remaining, 2);
-  assert.ok(performance.now() - started < 500, "released after waitMs, not the sync timeout");
-  assert.equal(store.stats().unfetched, 1);
-  const decisions: Decision[] = [];
-  for (let i = 1; i < 4; i++) decisions.push(atOnce(store.hit("caller", 1000 + i)));
-  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false]);
-  assert.deepEqual(decisions.map((d) => d.remaining), [1, 0, 0]);
-  // A second new caller does not wait again while the store has not answered.
-  assert.equal(atOnce(store.hit("other", 1005)).allowed, true);
+Deno.test("local-first answers every request at once, also a caller's first: no request waits for the store", () => {
+  const { open } = pair();
+  const { store, log } = open("a");
+  for (let i = 0; i < 1000; i++) {
+    const decision: Decision | Promise<Decision> = store.hit(`10.0.${i >> 8}.${i & 255}`, T0);
+    assert.ok(!(decision instanceof Promise));
+  }
+  assert.equal(log.roundTrips, 0, "nothing was asked of the store");
 });
 
-Deno.test("local-first sends the hits admitted during an outage with the first sync that succeeds, and reports the outage once", async () => {
-  const backend = new BrokenBackend();
-  backend.mode = "fail";
-  const incidents: SyncIncident[] = [];
-  let now = 1000;
-  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    autoSync: false,
-    clock: () => now,
-    onIncident: (incident) => incidents.push(incident),
-  });
-  for (let i = 0; i < 5; i++) store.hit("caller", now++);
+Deno.test("local-first sends the hits admitted during an outage once the store answers, reports the outage once, and refuses nobody for it", async () => {
+  const { clock, shared, incidents, open } = pair();
+  const { store } = open("a");
+  shared.down = true;
+  for (let i = 0; i < 5; i++) store.hit("192.0.2.1", clock.now++);
   await store.sync();
-  store.hit("caller", now++);
+  store.hit("192.0.2.1", clock.now++);
   await store.sync();
   assert.equal(store.synced, false);
-  backend.mode = "answer";
-  now += 500;
+  assert.equal(
+    store.backlog,
+    2,
+    "two batches wait: one sealed by the failed sync, one being filled",
+  );
+  shared.down = false;
+  clock.now += 500;
   await store.sync();
   assert.equal(store.synced, true);
-  assert.equal(backend.received.length, 1);
-  // The whole log: the store may have lost what it had acknowledged before the outage.
-  assert.equal(backend.received[0]!.callers.get("caller")!.fresh.length, 6);
-  assert.equal(incidents.length, 2);
-  assert.equal(incidents[0]!.kind, "unsynced");
-  // The outage began with the sync the first (new) caller's request started at once: as of that
-  // request, at 1000.
-  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 506, failedSyncs: 2 });
-  // Acknowledged hits are not sent again.
-  await store.sync();
-  assert.equal(backend.received[1]!.callers.get("caller")!.fresh.length, 0);
-  // Nobody was refused because of the outage.
-  assert.equal(atOnce(store.hit("caller", now)).remaining, 60 - 7);
-});
-
-Deno.test("local-first peek reports the local and the synced counts without counting", async () => {
-  const backend: SyncBackend = {
-    roundTrips: 0,
-    sync: (batch) =>
-      Promise.resolve(new Map([...batch.callers.keys()].map((k) => [k, [500, 600]]))),
-    close: () => {},
-  };
-  const store = new LocalFirstStore(backend, { limit: 4, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    autoSync: false,
-    clock: () => 1000,
-    // Synced by hand: new callers do not wait (their first answer is tested elsewhere).
-    viewMaxAgeMs: Infinity,
-  });
-  atOnce(store.hit("caller", 1000));
-  await store.sync();
-  assert.deepEqual(store.peek("caller", 1000), { allowed: true, remaining: 1, resetSeconds: 60 });
-  assert.deepEqual(store.hit("caller", 1001), { allowed: true, remaining: 0, resetSeconds: 60 });
-  assert.equal(atOnce(store.peek("caller", 1001)).allowed, false);
-  // The others' timestamps leave the window here as they would in the store.
-  assert.deepEqual(atOnce(store.peek("caller", 60_601)).remaining, 2);
-});
-
-/**
- * A store whose backend answers every sync, synced by hand, at a clock standing at 1000; new callers
- * do not wait for the store (an unbounded view age), so that the batches are the test's own.
- */
-function answeringStore(): { backend: BrokenBackend; store: LocalFirstStore } {
-  const backend = new BrokenBackend();
-  backend.mode = "answer";
-  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    autoSync: false,
-    clock: () => 1000,
-    viewMaxAgeMs: Infinity,
-  });
-  return { backend, store };
-}
-
-Deno.test("local-first sends at most MAX_SYNC_CALLERS per sync and the callers left out go next", async () => {
-  const { backend, store } = answeringStore();
-  for (let i = 0; i <= MAX_SYNC_CALLERS; i++) store.hit(`c${i}`, 1000);
-  await store.sync();
-  await store.sync();
-  const [first, second] = backend.received;
-  assert.equal(first!.callers.size, MAX_SYNC_CALLERS);
-  const left = `c${MAX_SYNC_CALLERS}`;
-  assert.equal(first!.callers.has(left), false);
-  assert.equal(second!.callers.has(left), true, "the caller left out goes first next time");
-  assert.equal(second!.callers.get(left)!.fresh.length, 1);
-});
-
-Deno.test("local-first sends every caller with new hits but refreshes at most MAX_QUIET_CALLERS quiet ones per sync, in turn", async () => {
-  const { backend, store } = answeringStore();
-  const quiet = 2 * MAX_QUIET_CALLERS + 50;
-  for (let i = 0; i < quiet; i++) store.hit(`q${i}`, 1000);
-  await store.sync(); // every caller has a new hit: all are sent
-  assert.equal(backend.received[0]!.callers.size, quiet);
-  store.hit("busy", 1000);
-  const refreshed = new Set<string>();
-  for (let round = 0; round < 3; round++) {
-    await store.sync();
-    const batch = backend.received.at(-1)!;
-    // In the first round "busy" has a new hit; later it is one more quiet caller taking its turn.
-    assert.equal(batch.callers.size, MAX_QUIET_CALLERS + (round === 0 ? 1 : 0));
-    if (round === 0) assert.ok(batch.callers.has("busy"), "a caller with a new hit is always sent");
-    for (const key of batch.callers.keys()) if (key.startsWith("q")) refreshed.add(key);
-  }
-  assert.equal(refreshed.size, quiet, "the quiet callers take turns: none is left out");
-});
-
-Deno.test("local-first keeps at most MAX_WAITING_CALLERS callers waiting for the store; past it a new caller is decided at once", async () => {
-  const backend = new BrokenBackend(); // hangs
-  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 50,
-    waitMs: 60_000,
-    autoSync: false,
-  });
-  const waiting = Array.from({ length: MAX_WAITING_CALLERS }, (_, i) => store.hit(`c${i}`, 1000));
-  assert.ok(waiting.every((d) => d instanceof Promise));
-  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
-  // One more new caller: decided from what the instance knows rather than queued without bound.
-  assert.equal(atOnce(store.hit("one-more", 1000)).allowed, true);
-  assert.equal(store.stats().unfetched, 1);
-  assert.equal(store.stats().waiting, MAX_WAITING_CALLERS);
-  // Closing decides every waiting request (the store never answered) and counts them.
-  await store.close();
-  assert.ok((await Promise.all(waiting)).every((d) => d.allowed));
-  assert.equal(store.stats().waiting, 0);
-  assert.equal(store.stats().unfetched, 1 + MAX_WAITING_CALLERS);
-});
-
-Deno.test("local-first looks at most SWEEP_PER_SYNC tracked callers per sync: idle ones are forgotten a bounded number at a time", async () => {
-  let now = 1000;
-  const backend = new BrokenBackend();
-  backend.mode = "answer";
-  const store = new LocalFirstStore(backend, { limit: 60, windowMs: 60_000 }, {
-    syncMs: 10,
-    syncTimeoutMs: 1000,
-    autoSync: false,
-    clock: () => now,
-    viewMaxAgeMs: Infinity,
-  });
-  const callers = 3 * SWEEP_PER_SYNC;
-  for (let i = 0; i < callers; i++) store.hit(`c${i}`, now);
-  // The backlog: every caller with an unsent hit, sent MAX_SYNC_CALLERS at a time.
-  assert.equal(store.backlog, callers);
-  for (let i = 0; i < callers / MAX_SYNC_CALLERS; i++) await store.sync();
   assert.equal(store.backlog, 0);
-  now += 60_001; // a window later every caller is idle
-  const tracked = [store.stats().tracked];
-  for (let i = 0; i < 3; i++) {
-    await store.sync();
-    tracked.push(store.stats().tracked);
+  assert.equal(heldBy(shared).get("192.0.2.1"), 6, "every admitted hit is in the store, once");
+  assert.deepEqual(incidents.map((i) => i.kind), ["unsynced", "resynced"]);
+  assert.deepEqual(incidents[1], { kind: "resynced", downMs: 501, failedSyncs: 2 });
+  assert.equal(store.hit("192.0.2.1", clock.now).remaining, 60 - 7);
+  await store.close();
+});
+
+Deno.test("local-first: a batch whose exchange timed out is sent again with its number and kept once", async () => {
+  const { clock, shared, open } = pair();
+  const { store } = open("a");
+  const reader = open("b");
+  store.hit("192.0.2.1", clock.now);
+  // The store does not answer in time, then does: the batch landed, its reply was lost.
+  const log = shared.log();
+  let first = true;
+  const slow = new LocalFirstStore(
+    {
+      maxBatchBytes: log.maxBatchBytes,
+      get roundTrips() {
+        return log.roundTrips;
+      },
+      exchange(mine) {
+        const reply = log.exchange(mine);
+        if (!first) return reply;
+        first = false;
+        return reply.then((r) => new Promise((resolve) => setTimeout(() => resolve(r), 100)));
+      },
+      close: () => log.close(),
+    },
+    POLICY,
+    { syncMs: 250, syncTimeoutMs: 20, autoSync: false, clock: () => clock.now, instance: "s" },
+  );
+  slow.hit("192.0.2.2", clock.now);
+  await slow.sync();
+  assert.equal(slow.synced, false, "timed out");
+  await slow.sync();
+  assert.equal(
+    slow.stats().failedSyncs,
+    2,
+    "no exchange starts while the one timed out is unsettled",
+  );
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  await slow.sync();
+  assert.equal(slow.synced, true);
+  await reader.store.sync();
+  assert.equal(heldBy(shared).get("192.0.2.2"), 1, "sent twice, kept once");
+  assert.equal(reader.store.peek("192.0.2.2", clock.now).remaining, 59);
+  await Promise.all([store.close(), reader.store.close(), slow.close()]);
+});
+
+Deno.test("local-first: the backlog is bounded; past it hits are decided but not sent, counted, and reported once per episode", async () => {
+  const { clock, shared, incidents, open } = pair({ maxBacklogBytes: 4096, maxBatchBytes: 2048 });
+  const { store } = open("a");
+  shared.down = true;
+  await store.sync();
+  let admitted = 0;
+  for (let i = 0; i < 2000; i++) {
+    if (store.hit(`10.1.${i >> 8}.${i & 255}`, clock.now).allowed) admitted++;
   }
-  assert.deepEqual(tracked, [callers, 2 * SWEEP_PER_SYNC, SWEEP_PER_SYNC, 0]);
+  assert.equal(admitted, 2000, "decided here, whatever the store");
+  const stats = store.stats();
+  // The bound, plus the one hit that crossed it (6 bytes an IPv4 hit).
+  assert.ok(stats.backlogBytes <= 4096 + 6, `backlog ${stats.backlogBytes} bytes`);
+  assert.ok(stats.droppedHits > 1000, `dropped ${stats.droppedHits}`);
+  assert.deepEqual(incidents.map((i) => i.kind), ["unsynced", "overflowing"]);
+  assert.match((incidents[1] as { cause: string }).cause, /unreachable/);
+  shared.down = false;
+  await store.sync();
+  assert.equal(store.backlog, 0);
+  assert.deepEqual(incidents.map((i) => i.kind), [
+    "unsynced",
+    "overflowing",
+    "resynced",
+    "caught-up",
+  ]);
+  const caught = incidents.at(-1) as { kind: string; droppedHits: number };
+  assert.equal(caught.droppedHits, stats.droppedHits);
+  // Nothing lost that was not counted: what the store holds plus what was dropped is what was admitted.
+  let held = 0;
+  for (const n of heldBy(shared).values()) held += n;
+  assert.equal(held + store.stats().droppedHits, admitted);
+  await store.close();
+});
+
+Deno.test("local-first sends a spray's backlog in up to MAX_EXCHANGES_PER_SYNC batches per sync, and every admitted hit reaches the store", async () => {
+  const { clock, shared, open } = pair({ maxBatchBytes: 4096 });
+  const { store, log } = open("a");
+  const n = 20_000;
+  for (let i = 0; i < n; i++) {
+    store.hit(
+      `2001:0db8:${(i >> 16).toString(16).padStart(4, "0")}:${
+        (i & 0xffff).toString(16).padStart(4, "0")
+      }::/64`,
+      clock.now,
+    );
+    if (i % 1000 === 999) clock.now++;
+  }
+  await store.sync();
+  assert.equal(log.roundTrips, MAX_EXCHANGES_PER_SYNC);
+  while (store.backlog > 0) await store.sync();
+  let held = 0;
+  for (const count of heldBy(shared).values()) held += count;
+  assert.equal(held, n);
+  assert.equal(store.stats().sentHits, n);
+  assert.equal(store.stats().droppedHits, 0);
+  await store.close();
+});
+
+Deno.test("local-first: a process that starts reads the last window first, and one that stops flushes its batches: a restart keeps the count", async () => {
+  const { clock, open } = pair();
+  const a = open("a");
+  await a.store.sync();
+  for (let i = 0; i < 40; i++) a.store.hit("192.0.2.7", clock.now);
+  clock.now += 100;
+  await a.store.close(); // flushes the 40 hits not yet sent
+  const a2 = open("a2");
+  await a2.store.sync(); // the first exchange: before the service listens
+  let admitted = 0;
+  for (let i = 0; i < 60; i++) if (a2.store.hit("192.0.2.7", clock.now).allowed) admitted++;
+  assert.equal(admitted, 20);
+  // A window later the caller is free again.
+  clock.now += 60_001;
+  assert.equal(a2.store.hit("192.0.2.7", clock.now).allowed, true);
+  await a2.store.close();
+});
+
+Deno.test("local-first peek reports the local and the others' counts without counting", async () => {
+  const { clock, open } = pair();
+  const a = open("a");
+  const b = open("b");
+  a.store.hit("192.0.2.1", clock.now - 1000);
+  a.store.hit("192.0.2.1", clock.now - 500);
+  await a.store.sync();
+  await b.store.sync();
+  b.store.hit("192.0.2.1", clock.now);
+  assert.deepEqual(b.store.peek("192.0.2.1", clock.now), {
+    allowed: true,
+    remaining: 57,
+    resetSeconds: 59,
+  });
+  assert.equal(b.store.peek("192.0.2.1", clock.now).remaining, 57, "nothing counted");
+  await Promise.all([a.store.close(), b.store.close()]);
+});
+
+Deno.test("local-first's memory is the memory store's: a spray of 100,000 callers costs 34 B a caller plus the index at both instances, its backlog 10 B a hit, none once sent, and the cap holds", async () => {
+  const callers = 100_000;
+  const cap = 60_000;
+  const clock = { now: T0 };
+  const shared = new SharedBatches(() => clock.now, POLICY.windowMs);
+  const capped: string[] = [];
+  const open = (instance: string) =>
+    new LocalFirstStore(shared.log({ maxBatchBytes: 256 * 1024 }), POLICY, {
+      onCapacity: () => capped.push(instance),
+      syncMs: 250,
+      syncTimeoutMs: 1000,
+      autoSync: false,
+      clock: () => clock.now,
+      instance,
+      maxCallers: cap,
+    });
+  const a = open("a");
+  const b = open("b");
+  const key = (i: number) =>
+    `2001:0db8:${(i >> 16).toString(16).padStart(4, "0")}:${
+      (i & 0xffff).toString(16).padStart(4, "0")
+    }::/64`;
+  for (let i = 0; i < callers; i++) {
+    a.hit(key(i), clock.now);
+    if (i % 100 === 99) clock.now++;
+  }
+  // The backlog: one IPv6 /64 hit is 10 B packed (a 1-byte time delta), plus a header per batch.
+  const backlog = a.stats().backlogBytes;
+  assert.ok(backlog <= callers * 10 + 9 * 8, `${backlog} B of backlog for ${callers} hits`);
+  while (a.backlog > 0) await a.sync();
+  assert.equal(a.stats().backlogBytes, 0);
+  await b.sync();
+  assert.equal(b.stats().receivedHits, callers);
+  // One request each: 25 B of entry and 9 B of log bookkeeping per caller tracked, and the index of
+  // 4 B per slot (2^17 slots: the power of two at or above twice the cap).
+  const index = 2 ** 17 * 4;
+  for (const store of [a, b]) {
+    const { tracked, evicted } = store.stats();
+    assert.equal(tracked, cap, "the cap holds: the callers added longest ago are forgotten");
+    assert.equal(evicted, callers - cap);
+    const { bytes, logged } = store.memory();
+    assert.equal(logged, 0, "one request each: no pooled log");
+    assert.ok(bytes <= cap * (25 + 9) + index + 4096, `${bytes} B for ${tracked} callers`);
+  }
+  assert.deepEqual(capped, ["a", "b"], "the cap is reported once per episode at each instance");
+  await Promise.all([a.close(), b.close()]);
 });

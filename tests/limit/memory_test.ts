@@ -383,3 +383,45 @@ Deno.test("the store keeps a dozen requests per caller in its own typed arrays a
     bytes: callers * (25 + 9) + 2 ** 16 * 4, // the table's entries used stay touched
   });
 });
+
+Deno.test("record() counts another instance's hits at their own times: every answer is the sliding log's of all hits", () => {
+  const op = fc.record({
+    foreign: fc.boolean(),
+    key: fc.constantFrom("192.0.2.1", "2001:0db8:0000:0001::/64", "unix"),
+    step: fc.integer({ min: 0, max: 20_000 }),
+    age: fc.integer({ min: 0, max: 90_000 }),
+  });
+  fc.assert(
+    fc.property(fc.constantFrom(1, 2, 3, 5), fc.array(op, { maxLength: 80 }), (limit, ops) => {
+      const policy = { limit, windowMs: 60_000 };
+      const s = store(policy);
+      const model = new SlidingLogModel(policy);
+      let now = T0;
+      for (const { foreign, key, step, age } of ops) {
+        now += step;
+        if (foreign) {
+          // A foreign hit arrives late, stamped up to 1.5 windows back.
+          s.record(key, now - age);
+          model.record(key, now - age);
+        } else {
+          model.hit(key, now, s.hit(key, now));
+        }
+      }
+      s.close();
+    }),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("record() keeps a caller's newest `limit` times: another instance's hits refuse it here", () => {
+  const s = store({ limit: 3, windowMs: 60_000 });
+  for (let i = 0; i < 5; i++) s.record("192.0.2.9", T0 + i * 1000);
+  assert.equal(s.memory().logged, 3, "the newest three only");
+  assert.deepEqual(s.hit("192.0.2.9", T0 + 10_000), {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: 52,
+  });
+  assert.equal(s.hit("192.0.2.9", T0 + 62_001).allowed, true, "the third newest left at 62 s");
+  s.close();
+});

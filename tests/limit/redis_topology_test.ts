@@ -22,6 +22,8 @@ import { GuardedStore } from "../../lib/limit/guard.ts";
 import { overshootBound, type SyncIncident } from "../../lib/limit/local_first.ts";
 import type { LocalFirstStore } from "../../lib/limit/local_first.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
+import { decodeHits } from "../../lib/limit/hit_codec.ts";
+import { createClient } from "@redis/client";
 import { RedisStore } from "../../lib/limit/redis.ts";
 import {
   CLUSTER_AT_SINGLE,
@@ -222,7 +224,10 @@ function resumedAt(seen: ReadonlyArray<Answer & { at: number }>, since: number):
 
 /** What {@linkcode assertFailover} needs of a topology. */
 interface FailoverCase {
-  /** The `exact` caller (an IP address) and the `local-first` log key, both on one primary. */
+  /**
+   * The `exact` caller (an IP address) and the `local-first` caller, whose log (`exact`) and the hit
+   * log (`local-first`) are on the primary killed.
+   */
   caller: string;
   localKey: string;
   /** Kills that primary (SIGKILL). */
@@ -231,8 +236,8 @@ interface FailoverCase {
   targetMs: number;
   /** The longest the client may take from Redis's promotion to limiting again, in ms. */
   clientLagMs: number;
-  /** The number of entries of a caller's log, read from the current primary. */
-  zcard(key: string): Promise<number>;
+  /** The port of the current primary of the hit log. */
+  hitLogPrimary(): Promise<number>;
   /** `INFO errorstats` of the current primary of the callers' slot. */
   errorstats(): Promise<string>;
   /** Whether the local-first syncs fail (rather than wait) while no primary is known. */
@@ -299,14 +304,14 @@ async function assertFailover(env: Record<string, string>, c: FailoverCase): Pro
     assert.ok(lagMs <= c.clientLagMs, `limiting resumed ${lagMs} ms after the promotion`);
     assert.ok(seconds * 1000 <= c.targetMs + 5000, `resumed after ${seconds} s`);
     assert.match(await c.errorstats(), /errorstat_NOSCRIPT:count=\d+/, "scripts sent again");
-    // The local-first pair failed to sync, then sent its whole log again: each hit counts once.
+    // The local-first pair failed to sync, then sent its backlog: each hit counts once.
     await pollUntil(
       () => Promise.resolve(stores.every((store) => store.synced)),
       10_000,
       "local-first syncs again",
     );
     await Promise.all(stores.map((store) => store.sync()));
-    assert.equal(await c.zcard(c.localKey), admitted);
+    assert.equal(await heldIn(await c.hitLogPrimary(), c.localKey), admitted);
     const kinds = local.map((i) => i.incidents.map((incident) => incident.kind).join(","));
     // A cluster client fails at once while the slot's primary is down (the whole log is sent again
     // afterwards); a Sentinel client holds the sync until the new primary is known.
@@ -315,6 +320,26 @@ async function assertFailover(env: Record<string, string>, c: FailoverCase): Pro
     return seconds;
   } finally {
     await closeAll([...exact, ...local]);
+  }
+}
+
+/** The `local-first` hit log's stream. */
+const HIT_LOG_KEY = "rate_limit:{hitlog}";
+
+/** The hits of `caller` the hit log on the primary at `port` holds. */
+async function heldIn(port: number, caller: string): Promise<number> {
+  const client = createClient({ url: `redis://127.0.0.1:${port}` });
+  await client.connect();
+  try {
+    let held = 0;
+    for (const entry of (await client.xRange(HIT_LOG_KEY, "-", "+")) ?? []) {
+      decodeHits(Uint8Array.fromBase64(String(entry.message.h)), (key) => {
+        if (key === caller) held++;
+      });
+    }
+    return held;
+  } finally {
+    await client.close();
   }
 }
 
@@ -412,13 +437,10 @@ Deno.test({
     await t.step(
       "the primary of the callers' slot killed: the policy answers, limiting resumes, hits count once",
       async () => {
-        const caller = "198.51.100.12";
-        const primary = await cluster.primaryOf(clusterKey(caller));
-        const local = await callerOn(
-          (key) => cluster.primaryOf(key),
-          primary,
-          true,
-        );
+        // The primary of the hit log, and an `exact` caller whose log it also holds.
+        const primary = await cluster.primaryOf(HIT_LOG_KEY);
+        const caller = await callerOn((key) => cluster.primaryOf(key), primary, true);
+        const local = "198.51.100.12";
         const seconds = await assertFailover({ ...env, RATE_LIMIT: "1000" }, {
           caller,
           localKey: local,
@@ -427,7 +449,7 @@ Deno.test({
           // The slots are re-read every 0.5 s while a node is down; the guard probes every 0.25 s.
           clientLagMs: 1000,
           syncsFail: true,
-          zcard: async (key) => Number(await cli(clusterKey(key), ["zcard", clusterKey(key)])),
+          hitLogPrimary: () => cluster.primaryOf(HIT_LOG_KEY),
           errorstats: () => cli(clusterKey(caller), ["info", "errorstats"]),
           promoted: async () => await cluster.primaryOf(clusterKey(caller)) !== primary,
         });
@@ -506,7 +528,7 @@ Deno.test({
           targetMs: sentinel.downAfterMs + RESUME_SLACK_MS,
           clientLagMs: SENTINEL_CLIENT_LAG_MS + 500,
           syncsFail: false,
-          zcard: async (key) => Number(await cli(["zcard", `rate_limit:${key}`])),
+          hitLogPrimary: () => sentinel.primary(),
           errorstats: () => cli(["info", "errorstats"]),
           promoted: async () => await sentinel.primary() !== primary,
         });

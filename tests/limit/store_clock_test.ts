@@ -11,7 +11,9 @@ import assert from "node:assert/strict";
 import { type Env, loadConfig, recordEnv } from "../../lib/config.ts";
 import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
-import { LocalFirstStore, type SyncBackend, type SyncBatch } from "../../lib/limit/local_first.ts";
+import { LocalFirstStore } from "../../lib/limit/local_first.ts";
+import type { HitLog, LogBatch } from "../../lib/limit/hit_log.ts";
+import { decodeHits } from "../../lib/limit/hit_codec.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { stampedBy, StoreClock } from "../../lib/limit/store_clock.ts";
@@ -116,19 +118,27 @@ Deno.test("the warning comes back only after the offset did", () => {
   assert.deepEqual(offsets, [-2500, 3000], "a new episode after it came back");
 });
 
-/** A backend of one other instance that has counted `others` of every caller, and counts calls. */
-function backendOf(others: () => number[]): SyncBackend & { batches: SyncBatch[] } {
-  const backend = {
+/** A hit log with no other instance, which keeps the batches sent to it. */
+function lonelyLog(): HitLog & { batches: LogBatch[] } {
+  const log = {
     roundTrips: 0,
-    batches: [] as SyncBatch[],
-    sync(batch: SyncBatch) {
-      backend.roundTrips++;
-      backend.batches.push(batch);
-      return Promise.resolve(new Map([...batch.callers.keys()].map((key) => [key, others()])));
+    maxBatchBytes: 65536,
+    batches: [] as LogBatch[],
+    exchange(mine: LogBatch | null) {
+      log.roundTrips++;
+      if (mine !== null) log.batches.push(mine);
+      return Promise.resolve([]);
     },
     close() {},
   };
-  return backend;
+  return log;
+}
+
+/** The hits of a batch, as key and time. */
+function hitsOf(batch: LogBatch): Array<[string, number]> {
+  const hits: Array<[string, number]> = [];
+  decodeHits(batch.hits, (key, t) => hits.push([key, t]));
+  return hits;
 }
 
 for (const stepMs of [30_000, -30_000]) {
@@ -142,15 +152,13 @@ for (const stepMs of [30_000, -30_000]) {
       read: () => Promise.resolve(t.c.mono + server),
     });
     await clock.sample();
-    const backend = backendOf(() => []);
+    const log = lonelyLog();
     const store = stampedBy(
-      new LocalFirstStore(backend, POLICY, {
+      new LocalFirstStore(log, POLICY, {
         syncMs: 50,
         syncTimeoutMs: 1000,
         autoSync: false,
         clock: () => clock.now(),
-        // Clocks, not a first contact's wait for the store, are under test here.
-        viewMaxAgeMs: Infinity,
       }),
       clock,
     );
@@ -159,7 +167,7 @@ for (const stepMs of [30_000, -30_000]) {
       const hit = () => decided(store.hit("caller", t.c.wall));
       for (let i = 0; i < POLICY.limit; i++) assert.equal(hit().allowed, true);
       await store.sync();
-      assert.equal(backend.batches[0]!.callers.get("caller")!.fresh[0]![0], t.c.mono + server);
+      assert.deepEqual(hitsOf(log.batches[0]!)[0], ["caller", Math.round(t.c.mono + server)]);
       t.pass(2000);
       t.step(stepMs);
       // Every request until the window has passed is refused, whatever the wall clock says, and
@@ -181,12 +189,11 @@ for (const stepMs of [30_000, -30_000]) {
 Deno.test("local-first stamped by the wall clock, as before, lets a step forward admit twice the limit", () => {
   // What the store's clock replaces: the same schedule, stamped by the wall clock the handler passes.
   const t = clocks();
-  const store = new LocalFirstStore(backendOf(() => []), POLICY, {
+  const store = new LocalFirstStore(lonelyLog(), POLICY, {
     syncMs: 50,
     syncTimeoutMs: 1000,
     autoSync: false,
     clock: t.wall,
-    viewMaxAgeMs: Infinity,
   });
   let admitted = 0;
   const hit = () => decided(store.hit("caller", t.c.wall));
