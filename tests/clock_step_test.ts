@@ -75,7 +75,7 @@ const sleepUntil = (start: number, seconds: number) =>
 
 Deno.test({
   name:
-    `a step of an instance's wall clock mid-window moves no caller's window: memory, Deno KV and Redis exact${
+    `a step of an instance's wall clock mid-window moves no caller's window: memory, Deno KV and Redis, exact and local-first${
       skip ? ` (ignored: ${skip})` : ""
     }`,
   ignore: skip !== undefined,
@@ -91,10 +91,21 @@ Deno.test({
       const stores: Array<[string, Record<string, string>]> = [
         ["memory", { RATE_LIMIT_STORE: "memory" }],
         ["kv", { RATE_LIMIT_STORE: "kv", RATE_LIMIT_CONSISTENCY: "exact" }],
-        ...(redis === undefined ? [] : [[
-          "redis",
-          { RATE_LIMIT_STORE: "redis", REDIS_URL: redis.url, RATE_LIMIT_CONSISTENCY: "exact" },
-        ] as [string, Record<string, string>]]),
+        ["kv-local-first", { RATE_LIMIT_STORE: "kv", RATE_LIMIT_CONSISTENCY: "local-first" }],
+        ...(redis === undefined ? [] : [
+          [
+            "redis",
+            { RATE_LIMIT_STORE: "redis", REDIS_URL: redis.url, RATE_LIMIT_CONSISTENCY: "exact" },
+          ],
+          [
+            "redis-local-first",
+            {
+              RATE_LIMIT_STORE: "redis",
+              REDIS_URL: redis.url,
+              RATE_LIMIT_CONSISTENCY: "local-first",
+            },
+          ],
+        ] as Array<[string, Record<string, string>]>),
       ];
       const scenarios = stores.flatMap(([store, env]) =>
         ([30, -30] as const).map((step, i) => ({

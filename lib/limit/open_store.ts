@@ -162,7 +162,7 @@ async function openLocalFirst(
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
-  const { StoreClock, observedClock, stampedBy } = await import("./store_clock.ts");
+  const { StoreClock, stampedBy } = await import("./store_clock.ts");
   const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   // One id per process: a restarted process is a new writer, and reads its predecessor's batches.
   const instance = crypto.randomUUID().slice(0, 13);
@@ -174,8 +174,10 @@ async function openLocalFirst(
       instance,
       ownsKv: true,
     });
-    // Deno KV has no clock: the others' stamps in this instance's future are what can be seen.
-    clock = new StoreClock(onOffset);
+    // Deno KV has no clock: hits are stamped by one that a step of the wall clock does not move
+    // (it follows the wall clock at a bounded rate), and the others' stamps in its future are what
+    // can be seen.
+    clock = new StoreClock({ wall: kvClock(policy.windowMs), ...onOffset });
   } else {
     const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
       import("./redis_hit_log.ts"),
@@ -201,7 +203,7 @@ async function openLocalFirst(
     ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
   await store.sync();
-  return config.rateLimitStore === "redis" ? stampedBy(store, clock) : observedClock(store, clock);
+  return stampedBy(store, clock);
 }
 
 /** The caller whose key names the primary whose clock `local-first` reads (Redis). */
