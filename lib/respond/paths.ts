@@ -94,23 +94,27 @@ export function discoveryFields(config: Config): HeaderField[] {
  */
 export function buildAnswers(config: Config, content: Content): Answers {
   const render = createErrorRenderer(config, content.site);
+  // A preflight to an unknown path is granted like any other, so that the page's real request goes
+  // on and can read the JSON 404; it has no path fields (Link...) to add. The paths without fields
+  // of their own share these answers.
+  const unknown = fixedAnswers(render, []);
   return {
-    paths: buildPaths(config, content, render),
-    // A preflight to an unknown path is granted like any other, so that the page's real request goes
-    // on and can read the JSON 404; it has no path fields (Link...) to add.
-    unknown: fixedAnswers(render, []),
+    paths: buildPaths(config, content, { render, shared: unknown }),
+    unknown,
     notFound: notFoundAnswers(render),
   };
 }
 
-/** Every known path and its answers; `render` renders their errors. */
+/**
+ * Every known path and its answers; `render` renders their errors, and the paths without header
+ * fields of their own share the fixed answers `shared`.
+ */
 export function buildPaths(
   config: Config,
   content: Content,
-  render: ErrorRenderer = createErrorRenderer(config, content.site),
+  parts: { render: ErrorRenderer; shared: FixedAnswers } = defaultParts(config, content),
 ): Map<string, PathAnswers> {
-  // Most paths have no fields of their own: they share one set of fixed answers.
-  const shared = fixedAnswers(render, []);
+  const { render, shared } = parts;
   const discovery = discoveryFields(config);
   // contentsignals.org: how the content may be used, on every HTML and Markdown response.
   const signal: HeaderField = ["content-signal", config.contentSignal];
@@ -160,6 +164,11 @@ export function buildPaths(
     [STYLESHEET_PATH, asset(TYPES.css, content.stylesheet)],
     [ICON_PATH, asset(TYPES.svg, content.icon)],
   ]);
+}
+
+function defaultParts(config: Config, content: Content) {
+  const render = createErrorRenderer(config, content.site);
+  return { render, shared: fixedAnswers(render, []) };
 }
 
 /** The type of `type` as offered in negotiation: without parameters. */

@@ -117,6 +117,7 @@ Deno.test("building the answers renders no error: each is rendered when first re
     answers.paths.get("/robots.txt")!.fixed.methodNotAllowed,
   );
   assert.equal(answers.unknown.preflight, answers.unknown.preflight);
+  assert.equal(answers.paths.get("/llms.txt")!.fixed.internalError, answers.unknown.internalError);
 });
 
 Deno.test("every error code renders in JSON as the Error shape with its status", () => {
