@@ -106,6 +106,7 @@ export interface HandlerOptions {
 export function createHandler(options: HandlerOptions): ServiceHandler {
   const { store, now, answers, callerKeyOf, cache, choose, noDecision, record } = setUp(options);
   const onError = options.onError;
+  const pathOf = lastPathFirst(answers.paths);
 
   const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
     const chosen = choose(request, path, decision);
@@ -115,7 +116,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   };
 
   const handle = (request: Request, key: string, started: number, target: string) => {
-    const path = answers.paths.get(target);
+    const path = pathOf(target);
     const method = request.method;
     // The method first: a request that is not OPTIONS never asks for its headers here.
     if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
@@ -170,6 +171,24 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
  */
 function badHost(host: string | null, response: Response): boolean {
   return response.status === 400 && host !== null && !isValidHost(host);
+}
+
+/**
+ * A look-up in the path table that answers the path of the previous request without hashing:
+ * nearly every request in a row names the same path, and a path read from a request is a new
+ * string each time, whose hash the map would compute first.
+ */
+function lastPathFirst(
+  paths: ReadonlyMap<string, PathAnswers>,
+): (path: string) => PathAnswers | undefined {
+  let lastTarget: string | undefined;
+  let lastPath: PathAnswers | undefined;
+  return (target) => {
+    if (target === lastTarget) return lastPath;
+    lastPath = paths.get(target);
+    lastTarget = target;
+    return lastPath;
+  };
 }
 
 /** Builds the representations of every path that needs no npm package; a failure is left to its path. */

@@ -194,11 +194,17 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding | Pro
 export function memoize<R>(negotiate: (value: string | null) => R): (value: string | null) => R {
   const memo = new Map<string, R>();
   let none: { value: R } | undefined;
+  // The value answered last, checked before the map: nearly every request of a client sends the
+  // same value, and comparing it costs less than hashing it for the map (a value read from a
+  // request is a new string each time, whose hash V8 has not computed yet).
+  let lastValue: string | undefined;
+  let lastResult: R | undefined;
   return (value) => {
     // A value over the bound is absent: it reaches no parser, and the memo holds short values only.
     if (value === null || value.length > MAX_NEGOTIATED_LENGTH) {
       return (none ??= { value: negotiate(null) }).value;
     }
+    if (value === lastValue) return lastResult!;
     let result = memo.get(value);
     if (result === undefined) {
       result = negotiate(value);
@@ -207,6 +213,8 @@ export function memoize<R>(negotiate: (value: string | null) => R): (value: stri
       if (memo.size >= MEMO_LIMIT) memo.clear();
       memo.set(value, result);
     }
+    lastValue = value;
+    lastResult = result;
     return result;
   };
 }

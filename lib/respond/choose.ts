@@ -11,7 +11,7 @@
  * @module
  */
 
-import { ifNoneMatchMatches, isValidHost } from "../http/message.ts";
+import { createHostCheck, ifNoneMatchMatches } from "../http/message.ts";
 import type { Decision } from "../limit/decision.ts";
 import type { GetAndHead, PathAnswers, VariantAnswers } from "./answers.ts";
 import type { Answers } from "./paths.ts";
@@ -56,7 +56,7 @@ export function variantResponse(
 }
 
 /**
- * Creates the chooser over the service's answers.
+ * Creates the chooser over the service's answers (it remembers the last valid `Host`).
  *
  * @example
  * ```ts
@@ -77,6 +77,7 @@ export function variantResponse(
  * ```
  */
 export function createChooser(answers: Answers): Chooser {
+  const hostIsValid = createHostCheck();
   return (request, path, decision) => {
     const method = request.method;
     const fixed = path === undefined ? answers.unknown : path.fixed;
@@ -85,7 +86,7 @@ export function createChooser(answers: Answers): Chooser {
     }
     const headers = request.headers;
     const host = headers.get("host");
-    if (host !== null && !isValidHost(host)) return forMethod(fixed.badRequest, method);
+    if (host !== null && !hostIsValid(host)) return forMethod(fixed.badRequest, method);
     if (path === undefined) {
       const notFound = answers.notFound(headers.get("accept"));
       return notFound instanceof Promise
