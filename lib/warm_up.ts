@@ -70,10 +70,13 @@ export function warmUp(
   };
   // Pages need the Markdown renderer, Markdown representations the tokenizer (`pages/tokens.ts`),
   // and every path its representations (ETags from Web Crypto): build them first (a failure is
-  // reported by the step that needs the path).
+  // reported, and the path's built representations are still compressed).
   // Enabled once every path is built, so that their bodies are compressed one step at a time: each
   // compressor holds megabytes while it runs, and paths are prepared all at once.
-  void Promise.all([...paths].map((path) => path.prepare().catch(() => {}))).then(() => {
+  const prepared = [...paths].map((path) =>
+    path.prepare().catch((error) => options.onError?.(error))
+  );
+  void Promise.all(prepared).then(() => {
     enableCompression();
     return next();
   });

@@ -48,6 +48,19 @@ Deno.test("warmUp() reports a representation that fails and goes on with the nex
   assert.equal(errors.length, 1);
 });
 
+Deno.test("warmUp() reports a path whose representations cannot be built, and compresses the others", async () => {
+  const errors: unknown[] = [];
+  const built = await buildRepresentation("text/plain; charset=utf-8", BODY);
+  const broken = {
+    representations: () => [],
+    prepare: () => Promise.reject(new Error("no such file")),
+  };
+  const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  warmUp([broken, route(() => [built])], { onDone: resolve, onError: (e) => errors.push(e) });
+  assert.equal((await promise).variants, 3);
+  assert.equal(errors.length, 1);
+});
+
 Deno.test("warmUp() stops once its signal is aborted and never reports done", async () => {
   const stop = new AbortController();
   let done = false;
