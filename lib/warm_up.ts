@@ -13,16 +13,15 @@
  * @module
  */
 
-import { enableCompression } from "./http/representation.ts";
-import type { Route } from "./routes.ts";
-import { later } from "./timer.ts";
+import { enableCompression, type Representation } from "./http/representation.ts";
 
 /** Options of {@linkcode warmUp}. */
 export interface WarmUpOptions {
   /**
-   * How long after start-up the warm-up begins, in ms (default {@linkcode WARM_UP_DELAY_MS}). Each
-   * step runs on the event loop: a request arriving during a step waits for it, so the steps wait
-   * until the first requests of a cold start are answered.
+   * How long after start-up the handler starts the warm-up, in ms (default `WARM_UP_DELAY_MS` of
+   * `handler.ts`, which imports this module only then). Each step runs on the event loop: a request
+   * arriving during a step waits for it, so the steps wait until the first requests of a cold start
+   * are answered.
    */
   delayMs?: number;
   /** Called once every variant is built, with how many were built and the ms it took in all. */
@@ -33,19 +32,19 @@ export interface WarmUpOptions {
   signal?: AbortSignal;
 }
 
-/** Default delay of the warm-up: a cold start's first requests are answered before it begins. */
-export const WARM_UP_DELAY_MS = 500;
-
 /**
- * Builds every representation of `routes` and its compressed variants, one step per macrotask so
- * that requests arriving meanwhile are answered between steps, starting `options.delayMs` from now.
+ * Builds every representation of `paths` and its compressed variants, one step per macrotask so
+ * that requests arriving meanwhile are answered between steps, starting now.
  */
-export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
+export function warmUp(
+  paths: Iterable<{ prepare(): Promise<void>; representations(): Representation[] }>,
+  options: WarmUpOptions,
+): void {
   const steps: Array<() => void | Promise<void>> = [];
   let variants = 0;
-  for (const route of routes) {
+  for (const path of paths) {
     steps.push(() => {
-      for (const representation of route.representations()) {
+      for (const representation of path.representations()) {
         variants++;
         steps.push(async () => {
           await representation.compress();
@@ -54,7 +53,7 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
       }
     });
   }
-  let started = 0;
+  const started = performance.now();
   const next = async () => {
     if (options.signal?.aborted) return;
     const step = steps.shift();
@@ -70,16 +69,15 @@ export function warmUp(routes: Iterable<Route>, options: WarmUpOptions): void {
     setTimeout(next, 0);
   };
   // Pages need the Markdown renderer, Markdown representations the tokenizer (`pages/tokens.ts`),
-  // and every route its representations (ETags from Web Crypto): build them first (a failure is reported by the step that needs the route).
-  const prepare = () => Promise.all([...routes].map((route) => route.prepareAll().catch(() => {})));
-  // Not setTimeout: its first use loads Node's timers, which the first response would wait for.
-  later(options.delayMs ?? WARM_UP_DELAY_MS, () => {
-    started = performance.now();
-    // Enabled once every route is built, so that their bodies are compressed one step at a time:
-    // each compressor holds megabytes while it runs, and routes are prepared all at once.
-    void prepare().then(() => {
-      enableCompression();
-      return next();
-    });
+  // and every path its representations (ETags from Web Crypto): build them first (a failure is
+  // reported, and the path's built representations are still compressed).
+  // Enabled once every path is built, so that their bodies are compressed one step at a time: each
+  // compressor holds megabytes while it runs, and paths are prepared all at once.
+  const prepared = [...paths].map((path) =>
+    path.prepare().catch((error) => options.onError?.(error))
+  );
+  void Promise.all(prepared).then(() => {
+    enableCompression();
+    return next();
   });
 }

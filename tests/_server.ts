@@ -18,7 +18,8 @@ import { createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { buildRoutes, type Route } from "../lib/routes.ts";
+import type { PathAnswers } from "../lib/respond/answers.ts";
+import { buildPaths } from "../lib/respond/paths.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
@@ -298,14 +299,14 @@ function dechunk(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * The route table of `config` and `content` with every path's representations built, as the handler
- * has them once a path's first request has waited for `prepare()` (pages load `marked` first).
+ * The paths of `config` and `content` with every representation built, as the warm-up leaves them
+ * (pages load `marked` first).
  */
-export async function preparedRoutes(
+export async function preparedPaths(
   config: Config,
   content: Content,
-): Promise<Map<string, Route>> {
-  const routes = buildRoutes(config, content);
-  await Promise.all([...routes.values()].map((route) => route.prepareAll()));
-  return routes;
+): Promise<Map<string, PathAnswers>> {
+  const paths = buildPaths(config, content);
+  await Promise.all([...paths.values()].map((path) => path.prepare()));
+  return paths;
 }

@@ -30,14 +30,13 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.
     { layer: 2, group: "config", matches: (p) => p === "lib/config.ts" },
-    // The pages (content, layout, API reference); the process (listening, start-up messages, Deploy).
+    // The pages (content, layout, API reference).
     { layer: 3, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
-    { layer: 3, group: "server", matches: (p) => p.startsWith("lib/server/") },
-    // The service's parts: the route table, the errors, the access log, the warm-up.
+    // The service's parts: the errors, the access log, the warm-up.
     {
       layer: 4,
       group: "service",
-      matches: (p) => /^lib\/(routes|errors|access_log|warm_up)\.ts$/.test(p),
+      matches: (p) => /^lib\/(errors|access_log|warm_up)\.ts$/.test(p),
     },
     // OpenTelemetry through Deno's exporter: instruments at the limiter's wrappers and the handler's.
     { layer: 4, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
@@ -45,7 +44,10 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
     // The composition, then the wiring.
     { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },
-    { layer: 7, group: "main", matches: (p) => p === "main.ts" },
+    // The process, main.ts's steps: configure, open the store, serve and stop, events, start-up
+    // failures as sentences, Deno Deploy's environment.
+    { layer: 7, group: "server", matches: (p) => p.startsWith("lib/server/") },
+    { layer: 8, group: "main", matches: (p) => p === "main.ts" },
   ];
 
 /** The longest a function may be, in lines from its signature to its closing brace: about a screen. */
@@ -140,12 +142,12 @@ Deno.test("cycles() finds a cycle through several modules, and none in a layered
 Deno.test("layerViolations() names an import of a higher layer and one across groups of a layer", () => {
   const graph: Graph = new Map([
     ["lib/http/message.ts", ["lib/limit/decision.ts"]],
-    ["lib/pages/layout.ts", ["lib/server/serve.ts", "lib/http/message.ts"]],
+    ["lib/warm_up.ts", ["lib/telemetry/load.ts", "lib/http/message.ts"]],
     ["lib/limit/decision.ts", []],
   ]);
   assert.deepEqual(layerViolations(graph), [
     "lib/http/message.ts (http, layer 0) imports lib/limit/decision.ts (limit, layer 1)",
-    "lib/pages/layout.ts (pages, layer 3) imports lib/server/serve.ts (server, layer 3)",
+    "lib/warm_up.ts (service, layer 4) imports lib/telemetry/load.ts (telemetry, layer 4)",
   ]);
 });
 
@@ -228,4 +230,58 @@ Deno.test(`no function in main.ts or lib/ is longer than ${MAX_FUNCTION_LINES} l
     );
   }
   assert.deepEqual(long, []);
+});
+
+/**
+ * The most modules of `lib/` outside the limiter one request may run (lib/README.md,
+ * "Architecture"); the limiter's own (`lib/limit/`, six for the memory store) are its store's.
+ */
+const MAX_REQUEST_PATH_MODULES = 7;
+
+/**
+ * The local modules that run at least once per request for `/api/v1/platform` (JSON, 200, memory
+ * store): the V8 coverage of `tests/_request_path_probe.ts` after 1 and after 101 requests, compared
+ * per module (the calls of its functions).
+ */
+async function requestPathModules(): Promise<string[]> {
+  const callsAfter = async (requests: number) => {
+    const dir = await Deno.makeTempDir();
+    try {
+      const run = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", `--coverage=${dir}`, "tests/_request_path_probe.ts", String(requests)],
+        cwd: ROOT,
+        stdout: "null",
+        stderr: "inherit",
+      }).output();
+      assert.ok(run.success, "the probe ran");
+      const calls = new Map<string, number>();
+      for await (const entry of Deno.readDir(dir)) {
+        const script = JSON.parse(await Deno.readTextFile(join(dir, entry.name))) as {
+          url: string;
+          functions: Array<{ ranges: Array<{ count: number }> }>;
+        };
+        if (!script.url.startsWith("file:")) continue;
+        const path = relative(ROOT, fileURLToPath(script.url));
+        const count = script.functions.reduce((sum, f) => sum + (f.ranges[0]?.count ?? 0), 0);
+        calls.set(path, (calls.get(path) ?? 0) + count);
+      }
+      return calls;
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  };
+  const [once, more] = [await callsAfter(1), await callsAfter(101)];
+  return [...more].filter(([path, calls]) =>
+    !path.startsWith("tests/") && calls - (once.get(path) ?? 0) >= 100
+  ).map(([path]) => path).sort();
+}
+
+Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/ beside the limiter's`, async () => {
+  const modules = await requestPathModules();
+  assert.ok(modules.includes("lib/handler.ts"), modules.join(", "));
+  const outside = modules.filter((module) => !module.startsWith("lib/limit/"));
+  assert.ok(
+    outside.length <= MAX_REQUEST_PATH_MODULES,
+    `${outside.length} modules beside the limiter's: ${modules.join(", ")}`,
+  );
 });

@@ -8,19 +8,19 @@
 
 import assert from "node:assert/strict";
 import type { AccessRecord } from "../lib/access_log.ts";
-import { createHandler, type Handler, WARM_UP_DELAY } from "../lib/handler.ts";
-import { WARM_UP_DELAY_MS } from "../lib/warm_up.ts";
+import { createHandler, type Handler } from "../lib/handler.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { MAX_FORWARDED_HOPS, MAX_FORWARDED_LENGTH } from "../lib/limit/caller.ts";
 import { MAX_HOST_LENGTH, MAX_IF_NONE_MATCH_LENGTH } from "../lib/http/message.ts";
 import { MAX_NEGOTIATED_LENGTH, memoize, preferredEncoding } from "../lib/http/negotiate.ts";
 import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
+import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 import {
   type EnvRecord,
   type ManualClock,
   manualClock,
-  preparedRoutes,
+  preparedPaths,
   testConfig,
   testContent,
 } from "./_server.ts";
@@ -568,10 +568,10 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
     });
     const report = await warmed;
     assert.deepEqual(errors, []);
-    // Every representation of every route (paths sharing a route count once), in three codings.
+    // Every representation of every path (aliases count once), in three codings.
     let representations = 0;
-    for (const route of new Set((await preparedRoutes(config, content)).values())) {
-      representations += route.representations().length;
+    for (const path of new Set((await preparedPaths(config, content)).values())) {
+      representations += path.representations().length;
     }
     assert.ok(representations >= 14, `${representations} representations`);
     assert.equal(report.variants, representations * 3);
@@ -594,8 +594,24 @@ Deno.test("the warm-up builds every representation and coding, and answers equal
   }
 });
 
-Deno.test("the handler's default warm-up delay is warm_up.ts's (the handler imports that module only when the delay has passed)", () => {
-  assert.equal(WARM_UP_DELAY, WARM_UP_DELAY_MS);
+Deno.test("createHandler() schedules its warm-up without reading a lazily loaded global (Node's timers)", () => {
+  const config = testConfig();
+  const store = new MemoryStore(policyOf(config), { sweep: false });
+  const stop = new AbortController();
+  try {
+    const read = lazyGlobalsReadBy(() =>
+      createHandler({
+        config,
+        content: testContent(config),
+        store,
+        warmUp: { signal: stop.signal },
+      })
+    );
+    assert.deepEqual(read, []);
+  } finally {
+    stop.abort();
+    store.close();
+  }
 });
 
 Deno.test("an aborted warm-up stops after the step under way and does not report itself done", async () => {
@@ -635,7 +651,7 @@ Deno.test("an aborted warm-up stops after the step under way and does not report
   }
 });
 
-Deno.test("createHandler() builds no representation before it is needed: a path's first request builds its own (JSON without its Markdown), ready builds them all", async () => {
+Deno.test("createHandler() builds no representation before it is needed: a path's first request builds its own (JSON without its Markdown), prepare() builds them all", async () => {
   const config = testConfig();
   const content = testContent(config);
   const read: string[] = [];
@@ -655,7 +671,7 @@ Deno.test("createHandler() builds no representation before it is needed: a path'
     assert.equal(response.status, 200);
     // Not its Markdown: that one waits for the tokenizer (x-markdown-tokens), a JSON request never.
     assert.deepEqual(read, ["platformJson"]);
-    await handler.ready;
+    await handler.prepare();
     assert.deepEqual(read.sort(), ["llms", "openapi", "platformJson", "platformMarkdown"]);
     const openapi = await send(handler, "/openapi.json");
     assert.equal(openapi.text, content.openapi);

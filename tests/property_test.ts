@@ -14,7 +14,7 @@ import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
 import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { buildRoutes } from "../lib/routes.ts";
+import { buildPaths } from "../lib/respond/paths.ts";
 import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
 
 const NUM_RUNS = 300;
@@ -22,7 +22,7 @@ const INFO = { remoteAddr: { transport: "tcp" as const, hostname: "192.0.2.1", p
 
 const config = testConfig({ RATE_LIMIT: "1000000" });
 const content = testContent(config);
-const KNOWN_PATHS = [...buildRoutes(config, content).keys()];
+const KNOWN_PATHS = [...buildPaths(config, content).keys()];
 
 // ---------------------------------------------------------------------------------------------------
 // Arbitraries
@@ -229,6 +229,7 @@ Deno.test("preferredType never throws and always returns one of the supported ty
   fc.assert(
     fc.property(fc.option(acceptHeader, { nil: null }), supportedList, (accept, supported) => {
       const chosen = preferredType(accept, supported);
+      assert.ok(!(chosen instanceof Promise), "negotiator is loaded: an answer, not a promise");
       assert.ok(supported.includes(chosen), `${JSON.stringify(accept)} -> ${chosen}`);
     }),
     { numRuns: 500 },
@@ -255,6 +256,7 @@ Deno.test("preferredEncoding never throws and always returns br, gzip or identit
   fc.assert(
     fc.property(fc.option(acceptEncodingHeader, { nil: null }), (acceptEncoding) => {
       const chosen = preferredEncoding(acceptEncoding);
+      assert.ok(!(chosen instanceof Promise), "negotiator is loaded: an answer, not a promise");
       assert.ok(["br", "gzip", "identity"].includes(chosen), `${acceptEncoding} -> ${chosen}`);
     }),
     { numRuns: 500 },

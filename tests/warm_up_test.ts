@@ -8,25 +8,16 @@
 
 import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
-import type { Route } from "../lib/routes.ts";
 import { warmUp } from "../lib/warm_up.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
 import { negotiatorLoaded } from "../lib/http/negotiate.ts";
 import { loadContent } from "../lib/pages/content.ts";
-import { buildRoutes } from "../lib/routes.ts";
-import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
+import { buildPaths } from "../lib/respond/paths.ts";
 
 const BODY = "x".repeat(2_000);
 
-function route(representations: () => Representation[]): Route {
-  return {
-    pick: () => representations()[0]!,
-    representations,
-    prepare: () => Promise.resolve(),
-    prepareAll: () => Promise.resolve(),
-    eager: true,
-    fields: [],
-  };
+function route(representations: () => Representation[]) {
+  return { representations, prepare: () => Promise.resolve() };
 }
 
 Deno.test("warmUp() builds every representation and both compressed codings, and reports the count", async () => {
@@ -57,6 +48,19 @@ Deno.test("warmUp() reports a representation that fails and goes on with the nex
   assert.equal(errors.length, 1);
 });
 
+Deno.test("warmUp() reports a path whose representations cannot be built, and compresses the others", async () => {
+  const errors: unknown[] = [];
+  const built = await buildRepresentation("text/plain; charset=utf-8", BODY);
+  const broken = {
+    representations: () => [],
+    prepare: () => Promise.reject(new Error("no such file")),
+  };
+  const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
+  warmUp([broken, route(() => [built])], { onDone: resolve, onError: (e) => errors.push(e) });
+  assert.equal((await promise).variants, 3);
+  assert.equal(errors.length, 1);
+});
+
 Deno.test("warmUp() stops once its signal is aborted and never reports done", async () => {
   const stop = new AbortController();
   let done = false;
@@ -73,13 +77,6 @@ Deno.test("warmUp() stops once its signal is aborted and never reports done", as
   assert.equal(done, false);
 });
 
-Deno.test("warmUp() waits for its delay without reading a lazily loaded global (Node's timers)", () => {
-  const stop = new AbortController();
-  const read = lazyGlobalsReadBy(() => warmUp([], { delayMs: 5, signal: stop.signal }));
-  stop.abort();
-  assert.deepEqual(read, []);
-});
-
 // negotiator is CommonJS: loading it brings Node compatibility, megabytes resident for the life of a
 // process that may never see an Accept value it is needed for (tests/bench/README.md, "The hot
 // caller and memory").
@@ -88,7 +85,7 @@ Deno.test("warmUp() over the service's routes compresses every representation wi
   assert.ok(loaded.ok);
   const content = loadContent(loaded.config);
   assert.ok(content.ok);
-  const routes = [...buildRoutes(loaded.config, content.content).values()];
+  const routes = [...buildPaths(loaded.config, content.content).values()];
   const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
   warmUp(routes, { delayMs: 0, onDone: resolve, onError: (error) => assert.fail(String(error)) });
   const report = await promise;

@@ -11,8 +11,8 @@
  * compatibility it needs) before the first response would double a cold start (lib/README.md,
  * "Cold start"), and keeping it resident costs megabytes in a process that never needs it. The common
  * header values are answered without it, with the same result (a property test compares the two);
- * any other value throws {@linkcode NegotiatorNotLoadedError} until it is loaded, and the request
- * waits for the import.
+ * for any other value the answer is a promise, resolved once negotiator is loaded: the request waits
+ * for the import.
  *
  * @module
  */
@@ -70,7 +70,7 @@ const PLAIN_CODINGS = /^\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*(,\s*[A-Za-z0-9!#$%&'+.^
 
 /**
  * Loads negotiator (once; later calls return the same promise): the first request whose negotiation
- * throws {@linkcode NegotiatorNotLoadedError} awaits it. The warm-up does not load it (`warm_up.ts`).
+ * needs it waits for it. The warm-up does not load it (`warm_up.ts`).
  */
 export function loadNegotiator(): Promise<void> {
   return loading ??= import("negotiator").then((module) => {
@@ -83,20 +83,6 @@ export function negotiatorLoaded(): boolean {
   return negotiatorClass !== undefined;
 }
 
-/**
- * Thrown by {@linkcode preferredType} and {@linkcode preferredEncoding} for a header value that needs
- * negotiator while it is not loaded: the caller awaits {@linkcode loadNegotiator} and asks again.
- * Nothing is read from a request to find out beforehand, so the common values cost no more than
- * their memoised answer.
- */
-export class NegotiatorNotLoadedError extends Error {
-  /** Creates the error. */
-  constructor() {
-    super("negotiator is not loaded: await loadNegotiator() first");
-    this.name = "NegotiatorNotLoadedError";
-  }
-}
-
 /** Whether {@linkcode preferredType} answers this `Accept` without negotiator. */
 export function isCommonAccept(accept: string | null): boolean {
   return accept === null || accept === "" || accept === "*/*" || PLAIN_MEDIA_TYPE.test(accept);
@@ -107,15 +93,10 @@ export function isCommonAcceptEncoding(acceptEncoding: string | null): boolean {
   return acceptEncoding === null || acceptEncoding === "" || PLAIN_CODINGS.test(acceptEncoding);
 }
 
-function negotiator(headers: Record<string, string>): NegotiatorInstance {
-  if (negotiatorClass === undefined) throw new NegotiatorNotLoadedError();
-  return new negotiatorClass({ headers });
-}
-
 /**
  * Picks the media type of `supported` that `accept` prefers; `supported[0]` when `accept` is absent or
- * matches none of them. Values other than those of {@linkcode isCommonAccept} need
- * {@linkcode loadNegotiator} to have resolved.
+ * matches none of them. For a value other than those of {@linkcode isCommonAccept}, a promise until
+ * {@linkcode loadNegotiator} has resolved.
  *
  * @example
  * ```ts
@@ -128,7 +109,7 @@ function negotiator(headers: Record<string, string>): NegotiatorInstance {
 export function preferredType<T extends string>(
   accept: string | null,
   supported: readonly [T, ...T[]],
-): T {
+): T | Promise<T> {
   accept = bounded(accept, MAX_NEGOTIATED_LENGTH);
   if (accept === null || accept === "" || accept === "*/*") return supported[0];
   if (isCommonAccept(accept)) {
@@ -136,7 +117,11 @@ export function preferredType<T extends string>(
     return supported.find((type) => type.split(";")[0]!.trim().toLowerCase() === accept) ??
       supported[0];
   }
-  const ranked = negotiator({ accept: withoutMediaTypeParameters(accept) })
+  if (negotiatorClass === undefined) {
+    const value = accept;
+    return loadNegotiator().then(() => preferredType(value, supported));
+  }
+  const ranked = new negotiatorClass({ headers: { accept: withoutMediaTypeParameters(accept) } })
     .mediaTypes([...supported]);
   return (ranked[0] as T | undefined) ?? supported[0];
 }
@@ -167,10 +152,10 @@ export function withoutMediaTypeParameters(accept: string): string {
 /**
  * Picks the coding `acceptEncoding` prefers among `ENCODINGS`; identity when the header is absent,
  * or when it refuses every coding including identity (an unencoded body is the safest answer then).
- * Values other than those of {@linkcode isCommonAcceptEncoding} need {@linkcode loadNegotiator} to
- * have resolved.
+ * For a value other than those of {@linkcode isCommonAcceptEncoding}, a promise until
+ * {@linkcode loadNegotiator} has resolved.
  */
-export function preferredEncoding(acceptEncoding: string | null): Encoding {
+export function preferredEncoding(acceptEncoding: string | null): Encoding | Promise<Encoding> {
   acceptEncoding = bounded(acceptEncoding, MAX_NEGOTIATED_LENGTH);
   if (acceptEncoding === null || acceptEncoding === "") return "identity";
   if (isCommonAcceptEncoding(acceptEncoding)) {
@@ -178,14 +163,19 @@ export function preferredEncoding(acceptEncoding: string | null): Encoding {
     const named = new Set(acceptEncoding.split(",").map((coding) => coding.trim().toLowerCase()));
     return named.has("br") ? "br" : named.has("gzip") ? "gzip" : "identity";
   }
-  const ranked = negotiator({ "accept-encoding": acceptEncoding })
+  if (negotiatorClass === undefined) {
+    const value = acceptEncoding;
+    return loadNegotiator().then(() => preferredEncoding(value));
+  }
+  const ranked = new negotiatorClass({ headers: { "accept-encoding": acceptEncoding } })
     .encodings([...ENCODINGS], { preferred: [...ENCODINGS] });
   return (ranked[0] as Encoding | undefined) ?? "identity";
 }
 
 /**
  * Wraps a negotiation function of one header value in a bounded memo. A value longer than
- * {@linkcode MAX_NEGOTIATED_LENGTH} is answered as `null` (absent): `negotiate` never sees it.
+ * {@linkcode MAX_NEGOTIATED_LENGTH} is answered as `null` (absent): `negotiate` never sees it. A
+ * promise (negotiator not loaded yet) is returned, not remembered.
  *
  * @example
  * ```ts
@@ -218,6 +208,7 @@ export function memoize<R>(negotiate: (value: string | null) => R): (value: stri
     let result = memo.get(value);
     if (result === undefined) {
       result = negotiate(value);
+      if (result instanceof Promise) return result;
       // Bounded: arbitrary header values from callers must not grow memory without limit.
       if (memo.size >= MEMO_LIMIT) memo.clear();
       memo.set(value, result);

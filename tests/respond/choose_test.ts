@@ -1,5 +1,5 @@
 /**
- * Tests of the per-request choice: given a route (or none) and a decision, the template that
+ * Tests of the per-request choice: given a path's answers (or none) and a decision, the one that
  * answers, in the order the handler's contract sets (429, 400, 404, 304, 200, 204, 405).
  *
  * @module
@@ -7,13 +7,11 @@
 
 import assert from "node:assert/strict";
 import type { Decision } from "../../lib/limit/decision.ts";
-import { createChooser, refusal, variantResponse } from "../../lib/respond/choose.ts";
-import {
-  buildServiceTemplates,
-  type RouteTemplates,
-  type ServiceTemplates,
-} from "../../lib/respond/service_templates.ts";
-import { preparedRoutes, testConfig, testContent } from "../_server.ts";
+import type { PathAnswers } from "../../lib/respond/answers.ts";
+import { createChooser as createAnyChooser, variantResponse } from "../../lib/respond/choose.ts";
+import { type Answers, buildAnswers } from "../../lib/respond/paths.ts";
+import type { ResponseTemplate } from "../../lib/respond/response_cache.ts";
+import { testConfig, testContent } from "../_server.ts";
 
 import { enableCompression } from "../../lib/http/representation.ts";
 
@@ -23,31 +21,42 @@ enableCompression();
 const ADMITTED: Decision = { allowed: true, remaining: 59, resetSeconds: 60 };
 const REFUSED: Decision = { allowed: false, remaining: 0, resetSeconds: 12 };
 
-async function templates(): Promise<ServiceTemplates> {
+/** Every path's answers, with every representation built (as after the warm-up). */
+async function templates(): Promise<Answers> {
   const config = testConfig();
-  const content = testContent(config);
-  return buildServiceTemplates(config, {
-    site: content.site,
-    routes: await preparedRoutes(config, content),
-  });
+  const answers = buildAnswers(config, testContent(config));
+  await Promise.all([...answers.paths.values()].map((path) => path.prepare()));
+  return answers;
 }
 
-function route(service: ServiceTemplates, path: string): RouteTemplates {
-  const found = service.routes.get(path);
+function route(service: Answers, path: string): PathAnswers {
+  const found = service.paths.get(path);
   assert.ok(found, path);
   return found;
+}
+
+/** The chooser of `service`, for answers that are built: a value, never a promise. */
+function createChooser(service: Answers) {
+  const choose = createAnyChooser(service);
+  return (...args: Parameters<typeof choose>): ResponseTemplate => {
+    const chosen = choose(...args);
+    assert.ok(!(chosen instanceof Promise), "an answer built already is chosen without waiting");
+    return chosen;
+  };
 }
 
 function request(method: string, headers: Record<string, string> = {}): Request {
   return new Request("http://localhost/any", { method, headers });
 }
 
-Deno.test("refusal() answers rate_limited, or rate_limit_unavailable when the store could not decide", async () => {
+Deno.test("a refusal answers rate_limited, or rate_limit_unavailable when the store could not decide", async () => {
   const service = await templates();
+  const choose = createChooser(service);
   const platform = route(service, "/api/v1/platform");
-  assert.equal(refusal(platform, REFUSED), platform.rateLimited);
-  assert.equal(refusal(platform, { ...REFUSED, unavailable: true }), platform.unavailable);
-  assert.equal(refusal(service.unknownPath, REFUSED), service.unknownPath.rateLimited);
+  const unavailable: Decision = { ...REFUSED, unavailable: true };
+  assert.equal(choose(request("GET"), platform, REFUSED), platform.fixed.rateLimited.get);
+  assert.equal(choose(request("GET"), platform, unavailable), platform.fixed.unavailable.get);
+  assert.equal(choose(request("HEAD"), undefined, REFUSED), service.unknown.rateLimited.head);
 });
 
 Deno.test("a refused request is answered 429 before anything else is looked at, unknown paths too", async () => {
@@ -55,17 +64,17 @@ Deno.test("a refused request is answered 429 before anything else is looked at, 
   const choose = createChooser(service);
   const bad = request("GET", { host: "bad/host" });
   assert.equal(choose(bad, route(service, "/llms.txt"), REFUSED).status, 429);
-  assert.equal(choose(bad, undefined, REFUSED), service.unknownPath.rateLimited.get);
+  assert.equal(choose(bad, undefined, REFUSED), service.unknown.rateLimited.get);
 });
 
 Deno.test("an invalid Host is answered 400 on a known and an unknown path; a valid one is remembered", async () => {
   const service = await templates();
   const choose = createChooser(service);
   const llms = route(service, "/llms.txt");
-  assert.equal(choose(request("GET", { host: "a/b" }), llms, ADMITTED), llms.badRequest.get);
+  assert.equal(choose(request("GET", { host: "a/b" }), llms, ADMITTED), llms.fixed.badRequest.get);
   assert.equal(
     choose(request("HEAD", { host: "a@b" }), undefined, ADMITTED),
-    service.unknownPath.badRequest.head,
+    service.unknown.badRequest.head,
   );
   assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
   assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
@@ -79,7 +88,9 @@ Deno.test("an unknown path is answered 404 in the preferred media type, whatever
   assert.ok(
     markdown.fields.some(([name, value]) => name === "content-type" && /markdown/.test(value)),
   );
-  assert.equal(choose(request("HEAD"), undefined, ADMITTED), service.notFound(null).head);
+  const notFound = service.notFound(null);
+  assert.ok(!(notFound instanceof Promise));
+  assert.equal(choose(request("HEAD"), undefined, ADMITTED), notFound.head);
 });
 
 Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and 304 on a matching ETag", async () => {
@@ -110,14 +121,14 @@ Deno.test("a GET or HEAD gets the variant Accept and Accept-Encoding select, and
 
 Deno.test("variantResponse() answers 304 only when If-None-Match matches the variant's ETag", async () => {
   const service = await templates();
-  const variant = service.variant(route(service, "/llms.txt").pick(null), null);
+  const variant = await route(service, "/llms.txt").variant(null, null);
   assert.equal(
     variantResponse(request("GET", { "if-none-match": variant.etag }), variant),
     variant.notModified,
   );
   assert.equal(
     variantResponse(request("GET", { "if-none-match": '"other"' }), variant),
-    variant.ok,
+    variant.get,
   );
   assert.equal(
     variantResponse(request("GET", { "if-none-match": "*" }), variant),
@@ -130,7 +141,7 @@ Deno.test("OPTIONS on a known path is its 204, any other method its 405", async 
   const service = await templates();
   const choose = createChooser(service);
   const llms = route(service, "/llms.txt");
-  assert.equal(choose(request("OPTIONS"), llms, ADMITTED), llms.preflight);
-  assert.equal(choose(request("POST"), llms, ADMITTED), llms.methodNotAllowed);
-  assert.equal(llms.methodNotAllowed.status, 405);
+  assert.equal(choose(request("OPTIONS"), llms, ADMITTED), llms.fixed.preflight);
+  assert.equal(choose(request("POST"), llms, ADMITTED), llms.fixed.methodNotAllowed);
+  assert.equal(llms.fixed.methodNotAllowed.status, 405);
 });

@@ -1,30 +1,35 @@
 /**
- * Tests of the route table: every public path, its default and Markdown representations, and the
+ * Tests of the paths: every public path, its default and Markdown representations, and the
  * discovery fields (Link, Deprecation, Sunset).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { type Config, loadConfig, recordEnv } from "../lib/config.ts";
-import { loadContent } from "../lib/pages/content.ts";
-import { discoveryFields } from "../lib/routes.ts";
-import { preparedRoutes } from "./_server.ts";
+import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadContent } from "../../lib/pages/content.ts";
+import type { PathAnswers } from "../../lib/respond/answers.ts";
+import { discoveryFields } from "../../lib/respond/paths.ts";
+import { preparedPaths } from "../_server.ts";
 
 async function setup(env: Parameters<typeof recordEnv>[0] = {}) {
   const loaded = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://d.example.com", ...env }));
   if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
   const content = loadContent(loaded.config);
   if (!content.ok) throw new Error(content.errors.join("\n"));
-  // Representations are built by each path's prepare() (pages load the Markdown renderer first),
-  // which the handler awaits before a path's first answer.
   return {
     config: loaded.config as Config,
-    routes: await preparedRoutes(loaded.config, content.content),
+    routes: await preparedPaths(loaded.config, content.content),
   };
 }
 
-Deno.test("buildRoutes() has every public path with its default and Markdown types", async () => {
+/** The `Content-Type` of `path`'s answer to `accept`. */
+async function typeOf(path: PathAnswers, accept: string | null): Promise<string | undefined> {
+  const answer = await path.variant(accept, null);
+  return answer.get.fields.find(([name]) => name === "content-type")?.[1];
+}
+
+Deno.test("buildPaths() has every public path with its default and Markdown types", async () => {
   const { routes } = await setup();
   const cases: Array<[string, string, string]> = [
     ["/api/v1/platform", "application/json", "text/markdown; charset=utf-8"],
@@ -56,16 +61,16 @@ Deno.test("buildRoutes() has every public path with its default and Markdown typ
   assert.deepEqual([...routes.keys()].sort(), cases.map(([path]) => path).sort());
   for (const [path, byDefault, markdown] of cases) {
     const route = routes.get(path)!;
-    assert.equal(route.pick(null).type, byDefault, `${path} default`);
-    assert.equal(route.pick("*/*").type, byDefault, `${path} */*`);
-    assert.equal(route.pick("text/markdown").type, markdown, `${path} markdown`);
+    assert.equal(await typeOf(route, null), byDefault, `${path} default`);
+    assert.equal(await typeOf(route, "*/*"), byDefault, `${path} */*`);
+    assert.equal(await typeOf(route, "text/markdown"), markdown, `${path} markdown`);
   }
 });
 
 Deno.test("aliases share their representation", async () => {
   const { routes } = await setup();
-  assert.equal(routes.get("/api")!.pick(null), routes.get("/developers")!.pick(null));
-  assert.equal(routes.get("/openapi")!.pick(null), routes.get("/openapi.json")!.pick(null));
+  assert.equal(routes.get("/api"), routes.get("/developers"));
+  assert.equal(routes.get("/openapi"), routes.get("/openapi.json"));
 });
 
 Deno.test("discoveryFields() links the deprecation policy, and adds Deprecation and Sunset only when announced", async () => {
@@ -85,11 +90,8 @@ Deno.test("discoveryFields() links the deprecation policy, and adds Deprecation 
 
 Deno.test("the api-catalog is an RFC 9727 linkset with item, service-desc and service-doc", async () => {
   const { routes } = await setup();
-  const body = JSON.parse(
-    new TextDecoder().decode(
-      routes.get("/.well-known/api-catalog")!.pick(null).variants.identity.body,
-    ),
-  );
+  const answer = await routes.get("/.well-known/api-catalog")!.variant(null, null);
+  const body = JSON.parse(String(answer.get.body));
   assert.deepEqual(body.linkset[0], {
     anchor: "https://d.example.com/.well-known/api-catalog",
     item: [{ href: "https://d.example.com/api/v1/platform" }],

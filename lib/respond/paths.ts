@@ -1,0 +1,243 @@
+/**
+ * The service's paths: what each serves (its representations, chosen by `Accept`, and its own header
+ * fields), as one {@linkcode PathAnswers} per path, and what an unknown path answers. Built at
+ * start-up from the content and the configuration; every answer is built when first needed
+ * (`answers.ts`).
+ *
+ * @module
+ */
+
+import type { Config } from "../config.ts";
+import type { HeaderField } from "../http/message.ts";
+import { buildRepresentation, type Representation } from "../http/representation.ts";
+import type { Content, Page, PageFile } from "../pages/content.ts";
+import {
+  API_CATALOG_PATH,
+  apiCatalogLink,
+  ICON_PATH,
+  linkHeader,
+  pageLinks,
+  STYLESHEET_PATH,
+} from "../pages/layout.ts";
+import {
+  COMMON_FIELDS,
+  createErrorRenderer,
+  type ErrorRenderer,
+  type FixedAnswers,
+  fixedAnswers,
+  type GetAndHead,
+  HTML_FIELDS,
+  type Lazy,
+  notFoundAnswers,
+  type PathAnswers,
+  pathAnswers,
+  TYPES,
+} from "./answers.ts";
+
+/** Every answer of the service. */
+export interface Answers {
+  /** Each known path's, by exact path (case-sensitive, no trailing slash). */
+  readonly paths: ReadonlyMap<string, PathAnswers>;
+  /** An unknown path's preflight and errors. */
+  readonly unknown: FixedAnswers;
+  /** An unknown path's 404 in the media type `Accept` prefers (a promise: see `PathAnswers.variant`). */
+  notFound(accept: string | null): GetAndHead | Promise<GetAndHead>;
+}
+
+/** The field carrying a Markdown body's size in tokens (`pages/tokens.ts`). */
+export const TOKENS_FIELD = "x-markdown-tokens";
+
+const NEGOTIATED: HeaderField = ["vary", "Accept, Accept-Encoding"];
+const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
+
+/**
+ * Caching of the stylesheet and the icon: unlike the documents, they may be reused for an hour without
+ * asking, so a reader moving between pages does not spend requests of their rate limit on them each
+ * time; an edited stylesheet reaches every reader within the hour, and the ETag makes the revalidation
+ * after it cheap.
+ */
+export const ASSET_CACHE_CONTROL = "public, max-age=3600";
+
+/** The `Link`, `Deprecation` and `Sunset` fields of discovery responses (spec section 9, RFC 9745, RFC 8594). */
+export function discoveryFields(config: Config): HeaderField[] {
+  const fields: HeaderField[] = [
+    [
+      "link",
+      `<${config.baseUrl}/developers/deprecation-policy>; rel="deprecation"; type="text/html"`,
+    ],
+  ];
+  if (config.deprecation && config.sunset) {
+    fields.push(["deprecation", `@${Math.floor(config.deprecation.getTime() / 1000)}`]);
+    fields.push(["sunset", config.sunset.toUTCString()]);
+  }
+  return fields;
+}
+
+/**
+ * Builds every path's answers (nothing is rendered here: each answer is built when first needed).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadContent } from "../pages/content.ts";
+ * const loaded = loadConfig(recordEnv({}));
+ * assert(loaded.ok);
+ * const content = loadContent(loaded.config);
+ * assert(content.ok);
+ * const answers = buildAnswers(loaded.config, content.content);
+ * const platform = await answers.paths.get("/api/v1/platform")!.variant(null, null);
+ * assert.equal(platform.get.status, 200);
+ * assert.equal((await answers.notFound("text/markdown")).get.status, 404);
+ * assert.equal(answers.unknown.preflight.status, 204);
+ * ```
+ */
+export function buildAnswers(config: Config, content: Content): Answers {
+  const render = createErrorRenderer(config, content.site);
+  // A preflight to an unknown path is granted like any other, so that the page's real request goes
+  // on and can read the JSON 404; it has no path fields (Link...) to add. The paths without fields
+  // of their own share these answers.
+  const unknown = fixedAnswers(render, []);
+  return {
+    paths: buildPaths(config, content, { render, shared: unknown }),
+    unknown,
+    notFound: notFoundAnswers(render),
+  };
+}
+
+/**
+ * Every known path and its answers; `render` renders their errors, and the paths without header
+ * fields of their own share the fixed answers `shared`.
+ */
+export function buildPaths(
+  config: Config,
+  content: Content,
+  parts: { render: ErrorRenderer; shared: FixedAnswers } = defaultParts(config, content),
+): Map<string, PathAnswers> {
+  const { render, shared } = parts;
+  const discovery = discoveryFields(config);
+  // contentsignals.org: how the content may be used, on every HTML and Markdown response.
+  const signal: HeaderField = ["content-signal", config.contentSignal];
+  const platform = pathAnswers([
+    lazy(TYPES.json, () => content.platformJson, [NEGOTIATED, ...discovery]),
+    markdown(TYPES.markdown, () => content.platformMarkdown, [NEGOTIATED, signal, ...discovery]),
+  ], fixedAnswers(render, discovery));
+  const page = (which: Page, file: PageFile) =>
+    pageAnswers(which, content, { file, signal, shared });
+  const twin = (which: Page) =>
+    pathAnswers([markdown(TYPES.markdown, () => which.markdown, [NOT_NEGOTIATED, signal])], shared);
+  const text = (type: string, body: () => string) =>
+    pathAnswers([lazy(type, body, [NOT_NEGOTIATED])], shared);
+  const asset = (type: string, body: string) =>
+    pathAnswers([lazy(type, () => body, [NOT_NEGOTIATED], ASSET_CACHE_CONTROL)], shared);
+  const developers = page(content.developers, "developers.md");
+  const developersTwin = twin(content.developers);
+  const openapi = text(TYPES.json, () => content.openapi);
+  // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
+  // its other responses (304, 405, 429...) carry it too, as the path's fields.
+  const catalogLink: HeaderField = ["link", linkHeader([apiCatalogLink(config.baseUrl)])];
+  const catalog = pathAnswers(
+    [lazy(TYPES.linkset, () => content.apiCatalog, [NOT_NEGOTIATED, catalogLink])],
+    fixedAnswers(render, [catalogLink]),
+  );
+  return new Map<string, PathAnswers>([
+    ["/api/v1/platform", platform],
+    ["/", page(content.home, "index.md")],
+    ["/index.html.md", twin(content.home)],
+    ["/developers", developers],
+    ["/developers.md", developersTwin],
+    ["/api", developers],
+    ["/api.md", developersTwin],
+    ["/developers/deprecation-policy", page(content.deprecationPolicy, "deprecation-policy.md")],
+    ["/developers/deprecation-policy.md", twin(content.deprecationPolicy)],
+    ["/openapi.json", openapi],
+    ["/openapi", openapi],
+    // llms.txt is Markdown served as text/plain (llmstxt.org): counted and signalled like it.
+    [
+      "/llms.txt",
+      pathAnswers([markdown(TYPES.text, () => content.llms, [NOT_NEGOTIATED, signal])], shared),
+    ],
+    // Crawlers may index the portal (RFC 9309); counted like every path.
+    ["/robots.txt", text(TYPES.text, () => content.robots)],
+    ["/sitemap.xml", text(TYPES.xml, () => content.sitemap)],
+    [API_CATALOG_PATH, catalog],
+    [STYLESHEET_PATH, asset(TYPES.css, content.stylesheet)],
+    [ICON_PATH, asset(TYPES.svg, content.icon)],
+  ]);
+}
+
+function defaultParts(config: Config, content: Content) {
+  const render = createErrorRenderer(config, content.site);
+  return { render, shared: fixedAnswers(render, []) };
+}
+
+/** The type of `type` as offered in negotiation: without parameters. */
+function offeredAs(type: string): string {
+  return type.split(";")[0]!;
+}
+
+/**
+ * A representation built the first time it is needed: a page's HTML is rendered from its Markdown
+ * then, not at start-up (lib/README.md, "Cold start"). `fields` precede the common ones.
+ */
+function lazy(
+  type: string,
+  body: () => string,
+  fields: readonly HeaderField[] | (() => readonly HeaderField[]),
+  cacheControl?: string,
+): Lazy {
+  return {
+    type: offeredAs(type),
+    make: (): Promise<Representation> =>
+      buildRepresentation(type, body(), {
+        headers: [...(typeof fields === "function" ? fields() : fields), ...COMMON_FIELDS],
+        ...(cacheControl === undefined ? {} : { cacheControl }),
+      }),
+  };
+}
+
+/**
+ * A Markdown representation (or llms.txt) with its token count ({@linkcode TOKENS_FIELD}), counted
+ * when it is first built: its 200, HEAD and 304 carry the same count.
+ */
+function markdown(type: string, body: () => string, fields: readonly HeaderField[]): Lazy {
+  return {
+    type: offeredAs(type),
+    make: async () => {
+      // Imported, not loaded with the paths: the bundle keeps it apart, and it starts itself as a
+      // worker that loads the tokenizer (lib/README.md, "Cold start").
+      const { countTokens } = await import("../pages/tokens.ts");
+      const text = body();
+      const tokens = await countTokens(text);
+      return buildRepresentation(type, text, {
+        headers: [...fields, [TOKENS_FIELD, String(tokens)], ...COMMON_FIELDS],
+      });
+    },
+  };
+}
+
+/**
+ * A portal page: HTML by default, its Markdown when preferred, both once the page's Markdown is
+ * prepared (`marked` may load). HTML pages announce their Markdown alternate and the OpenAPI
+ * description in `Link` too, the same links as their `<link>` elements (RFC 8288), for clients that
+ * read headers only (HEAD).
+ */
+function pageAnswers(
+  page: Page,
+  content: Content,
+  options: { file: PageFile; signal: HeaderField; shared: FixedAnswers },
+): PathAnswers {
+  return pathAnswers(
+    [
+      lazy(TYPES.html, () => page.html, () => [
+        NEGOTIATED,
+        ...HTML_FIELDS,
+        options.signal,
+        ["link", linkHeader(pageLinks(page.meta, content.site))],
+      ]),
+      markdown(TYPES.markdown, () => page.markdown, [NEGOTIATED, options.signal]),
+    ],
+    options.shared,
+    () => content.prepareMarkdown(options.file),
+  );
+}

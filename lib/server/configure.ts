@@ -1,0 +1,66 @@
+/**
+ * The configuration and content the process starts with: Deno Deploy's environment when there, the
+ * validated configuration, the loaded content; or one sentence per problem and exit 1.
+ *
+ * @module
+ */
+
+import { type Config, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "../config.ts";
+import { type Content, loadContent } from "../pages/content.ts";
+import { event, fatal, fatalExplained } from "./events.ts";
+
+/** What the process starts with. */
+export interface Configured {
+  config: Config;
+  content: Content;
+  /** Whether this is Deno Deploy. */
+  onDeploy: boolean;
+}
+
+/**
+ * Reads the configuration from `readEnv` (through Deno Deploy's defaults there) and the content;
+ * exits 1 naming every problem.
+ */
+export async function configure(
+  readEnv: (name: string) => string | undefined,
+): Promise<Configured> {
+  // Deno Deploy sets DENO_DEPLOY=true (`onDenoDeploy` in deno_deploy.ts, tested there); that
+  // module, with the platform's defaults, is imported on Deploy only (lib/README.md, "Cold start").
+  const onDeploy = readEnv("DENO_DEPLOY") === "true";
+  const platform =
+    await (onDeploy
+      ? import("./deno_deploy.ts").then(({ deployEnv }) => deployEnv(readEnv))
+      : Promise.resolve({ env: readEnv, errors: [], derivedBaseUrl: undefined }))
+      .catch((error) => fatalExplained((startup) => startup.explainStartupError(error)));
+  const loaded = loadConfig(platform.env);
+  if (!loaded.ok || platform.errors.length > 0) {
+    fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
+  }
+  const config = loaded.config;
+  if (platform.derivedBaseUrl !== undefined) {
+    event("info", "PUBLIC_BASE_URL is unset: links name the Deno Deploy timeline's URL", {
+      baseUrl: platform.derivedBaseUrl,
+    });
+  }
+  const content = loadContent(config);
+  if (!content.ok) fatal(content.errors);
+  warnOfSunset(config);
+  return { config, content: content.content, onDeploy };
+}
+
+/**
+ * The spec asks for the announcement at least 90 days before removal. Start-up checks the two
+ * dates; whether the headers really went out that early depends on when this was first deployed.
+ */
+function warnOfSunset(config: Config): void {
+  if (
+    config.sunset &&
+    config.sunset.getTime() - Date.now() < MIN_DEPRECATION_NOTICE_DAYS * 86_400_000
+  ) {
+    event(
+      "warn",
+      "SUNSET_DATE is less than 90 days away: the removal must have been announced (Deprecation and Sunset sent) since at least 90 days before it",
+      { sunset: config.sunset.toISOString() },
+    );
+  }
+}

@@ -1,0 +1,71 @@
+/**
+ * The process's operational events (JSON lines on stderr; stdout carries the access log) and its
+ * exits on a failed start (one sentence, exit 1).
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console
+
+import { writeAll } from "../access_log.ts";
+import { formatConfigErrors, redactSecrets } from "../config.ts";
+import { otelSignals } from "../telemetry/enabled.ts";
+
+const ENCODER = new TextEncoder();
+
+/**
+ * With OpenTelemetry on, events go through `console`, the only way into Deno's log exporter: each
+ * becomes a log record with its level, in the request's trace when one is active, and Deno also
+ * prints it (`OTEL_DENO_CONSOLE=capture`, the default: info on stdout, warn and error on stderr) or
+ * not (`replace`).
+ */
+const EVENTS_VIA_CONSOLE = otelSignals() !== undefined;
+
+/**
+ * One operational event as a JSON line on stderr. Written directly rather than with
+ * `console.error`, whose first use loads the console (lib/README.md, "Cold start"): the "listening"
+ * line comes before the first response.
+ */
+export function event(
+  level: "info" | "warn" | "error",
+  message: string,
+  fields: Record<string, unknown> = {},
+): void {
+  const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
+  if (EVENTS_VIA_CONSOLE) console[level](line);
+  else writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
+}
+
+/** An error's fields in an event: name, message and stack, secrets redacted. */
+export function errorFields(error: unknown): Record<string, unknown> {
+  return {
+    error: redactSecrets(
+      error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    ),
+    stack: error instanceof Error && error.stack ? redactSecrets(error.stack) : undefined,
+  };
+}
+
+/** Prints the configuration's problems, one sentence each, and exits 1. */
+export function fatal(errors: string[]): never {
+  console.error(formatConfigErrors(errors));
+  Deno.exit(1);
+}
+
+/**
+ * Prints the one sentence `explain` makes of a start-up failure and exits 1: start-up failures are
+ * the operator's, not a stack trace. The explanations' module is imported only then, so that a
+ * start that succeeds does not load it (lib/README.md, "Cold start").
+ */
+export async function fatalExplained(
+  explain: (startup: typeof import("./startup.ts")) => string,
+): Promise<never> {
+  // A store's or the runtime's own message may quote KV_PATH or REDIS_URL whole.
+  console.error(redactSecrets(explain(await import("./startup.ts"))));
+  Deno.exit(1);
+}
+
+/** Anything thrown while starting that no check explains still ends in one sentence. */
+export function onStartupRejection(rejection: PromiseRejectionEvent): void {
+  rejection.preventDefault();
+  void fatalExplained((startup) => startup.explainStartupError(rejection.reason));
+}

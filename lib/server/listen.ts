@@ -1,0 +1,158 @@
+/**
+ * Serving the handler: on `HOSTNAME:PORT` with a drain and a graceful stop on SIGTERM and SIGINT
+ * when the process listens itself (`--listen`, Deno Deploy), or leaving the listener to the runtime
+ * (`deno serve`); and the warning where several processes count one caller apart.
+ *
+ * @module
+ */
+
+import type { AccessLog } from "../access_log.ts";
+import type { Config } from "../config.ts";
+import type { Handler } from "../handler.ts";
+import type { RateLimitStore } from "../limit/decision.ts";
+import type { Telemetry } from "../telemetry/load.ts";
+import { event, fatalExplained } from "./events.ts";
+import {
+  addressOf,
+  createDrain,
+  DRAIN_MS,
+  type ResilientServer,
+  type ServeEvent,
+  serveResilient,
+  STOP_DEADLINE_MS,
+} from "./serve.ts";
+
+/** What {@linkcode serve} serves with. */
+export interface ServeOptions {
+  config: Config;
+  onDeploy: boolean;
+  /** Whether this process listens itself; otherwise the runtime does (`deno serve`). */
+  listen: boolean;
+  /** Whether this is the main module of its worker (`deno serve` evaluates it as such). */
+  main: boolean;
+  store: RateLimitStore;
+  accessLog: AccessLog | undefined;
+  telemetry: Telemetry | undefined;
+}
+
+/**
+ * Serves `fetch`, listening or not; `finished` settles once the server has stopped (the process
+ * exits when stopped), at once when the runtime owns the listener.
+ */
+export async function serve(
+  fetch: Handler,
+  options: ServeOptions,
+): Promise<{ finished: Promise<void> }> {
+  const { config, listen } = options;
+  // The memory store counts for this process alone: say so at start where the service can tell that
+  // other processes or isolates share its callers' traffic (shared_traffic.ts), once it listens (or,
+  // under `deno serve`, which evaluates main.ts as the main module in every worker of --parallel,
+  // once the workers have found each other).
+  const sharedTraffic = config.rateLimitStore === "memory" &&
+      (options.onDeploy || (listen && config.reusePort) || !listen)
+    ? await import("./shared_traffic.ts")
+    : undefined;
+  if (!listen) {
+    if (sharedTraffic && options.main) {
+      void sharedTraffic.watchServeWorkers({
+        onSeveral: (workers) =>
+          event("warn", sharedTraffic.parallelWorkersWarning(workers), { workers }),
+      });
+    }
+    // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
+    // unloads the module. Exiting at the signal would cut them short; the lines they log are
+    // written at unload instead.
+    globalThis.addEventListener("unload", () => options.accessLog?.flush());
+    return { finished: Promise.resolve() };
+  }
+  const warning = sharedTraffic?.sharedTrafficWarning({
+    store: config.rateLimitStore,
+    reusePort: config.reusePort,
+    onDenoDeploy: options.onDeploy,
+  });
+  const drain = createDrain();
+  let server: ResilientServer;
+  try {
+    server = serveResilient(drain.wrap(fetch), {
+      hostname: config.hostname,
+      port: config.port,
+      reusePort: config.reusePort,
+      onEvent: serveEventLogger(options, warning),
+    });
+  } catch (error) {
+    server = await fatalExplained((startup) => startup.explainListenError(error, config));
+  }
+  const stopping = stop(server, () => drain.close(), options);
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => void stopping(signal));
+  }
+  return server;
+}
+
+/**
+ * The stop of `server` at a signal (once): answer with `Connection: close` for a moment (`drain`),
+ * so that busy keep-alive clients stop reusing their connection before it is closed under them;
+ * shut down; flush the access log; close the store; exit. A stop past its deadline exits anyway.
+ */
+function stop(
+  server: ResilientServer,
+  drain: () => void,
+  options: Pick<ServeOptions, "store" | "accessLog">,
+): (signal: Deno.Signal) => Promise<void> {
+  let stopping = false;
+  return async (signal) => {
+    if (stopping) return;
+    stopping = true;
+    event("info", "shutting down: finishing requests in flight", { signal });
+    const deadline = setTimeout(() => {
+      options.accessLog?.flush();
+      event("warn", "shutdown overran its deadline: exiting with connections still open", {
+        deadlineMs: STOP_DEADLINE_MS,
+      });
+      Deno.exit(0);
+    }, STOP_DEADLINE_MS);
+    drain();
+    await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
+    await server.shutdown();
+    options.accessLog?.flush();
+    await options.store.close();
+    clearTimeout(deadline);
+    event("info", "stopped");
+    // Exit here rather than finish evaluating main.ts: Deno would then warn that a module with a
+    // default `fetch` export was run with `deno run`, which is intended.
+    Deno.exit(0);
+  };
+}
+
+/**
+ * Writes the listener's events: where it listens (after `warning`, once, before the first
+ * "listening": a listener that could not start says only why), and each accept incident once.
+ */
+function serveEventLogger(
+  options: Pick<ServeOptions, "config" | "telemetry">,
+  warning: string | undefined,
+): (serveEvent: ServeEvent) => void {
+  let warned = false;
+  return (serveEvent) => {
+    options.telemetry?.listenerEvent(serveEvent);
+    if (serveEvent.kind === "listening") {
+      if (warning !== undefined && !warned) event("warn", warning);
+      warned = true;
+      event("info", "listening", {
+        address: addressOf(serveEvent.addr),
+        baseUrl: options.config.baseUrl,
+      });
+    } else if (serveEvent.kind === "accept_failed") {
+      event(
+        "warn",
+        "accepting connections failed: serving the open ones and listening again when possible",
+        { error: serveEvent.error },
+      );
+    } else {
+      event("info", "accepting connections again", {
+        downMs: serveEvent.downMs,
+        attempts: serveEvent.attempts,
+      });
+    }
+  };
+}

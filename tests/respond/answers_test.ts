@@ -1,0 +1,156 @@
+/**
+ * Tests of the paths' prebuilt answers: one object per path, its variants' answers (200, HEAD's 200,
+ * 304) built once, whichever request asks first; the fixed answers (preflight, 405, errors) carrying
+ * the path's own fields, shared by the paths without any, each rendered when first read; the 404 in
+ * each media type; the error renderer.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { ERROR_CODES } from "../../lib/errors.ts";
+import { loadNegotiator } from "../../lib/http/negotiate.ts";
+import { buildRepresentation, enableCompression } from "../../lib/http/representation.ts";
+import { createErrorRenderer, variantAnswers } from "../../lib/respond/answers.ts";
+import { buildAnswers } from "../../lib/respond/paths.ts";
+import { testConfig, testContent } from "../_server.ts";
+
+// Compressed variants are built once compression is enabled, which the service's warm-up does.
+enableCompression();
+
+// Some Accept values below are negotiated by negotiator, which the service loads after listening.
+await loadNegotiator();
+
+const LONG_JSON = JSON.stringify({ items: Array.from({ length: 200 }, (_, i) => ({ i })) });
+
+function build(env: Record<string, string> = {}) {
+  const config = testConfig(env);
+  return buildAnswers(config, testContent(config));
+}
+
+function renderer() {
+  const config = testConfig();
+  return createErrorRenderer(config, testContent(config).site);
+}
+
+Deno.test("a path's fixed answers carry its own fields; an unknown path's carry none", () => {
+  const answers = build();
+  const platform = answers.paths.get("/api/v1/platform")!;
+  const link = platform.fixed.rateLimited.get.fields.find(([name]) => name === "link");
+  assert.match(link?.[1] ?? "", /rel="deprecation"/);
+  assert.ok(
+    platform.fixed.preflight.fields.some(([name]) => name === "access-control-allow-methods"),
+  );
+  const names = answers.unknown.internalError.get.fields.map(([name]) => name);
+  assert.equal(names.includes("link"), false);
+  assert.equal(answers.unknown.preflight.status, 204);
+});
+
+Deno.test("a 404 is offered in JSON by default, and in Markdown or HTML when preferred", async () => {
+  const answers = build();
+  const typeOf = async (accept: string | null) =>
+    (await answers.notFound(accept)).get.fields.find(([name]) => name === "content-type")?.[1];
+  assert.equal(await typeOf(null), "application/json");
+  assert.match(await typeOf("text/markdown") ?? "", /^text\/markdown/);
+  assert.match(await typeOf("text/html,*/*;q=0.8") ?? "", /^text\/html/);
+  assert.equal(answers.notFound("text/html"), answers.notFound("text/html"));
+});
+
+Deno.test("a variant's answers are built once, whichever request asks first; a coding that does not compress answers with identity's", async () => {
+  const platform = build().paths.get("/api/v1/platform")!;
+  const identity = await platform.variant(null, null);
+  assert.equal(platform.variant(null, null), identity);
+  assert.equal(platform.variant("*/*", "identity"), identity);
+  // Compressed in the background once compression is enabled, on first read of the coding.
+  await platform.prepare();
+  await Promise.all(platform.representations().map((representation) => representation.compress()));
+  const gzip = await platform.variant(null, "gzip");
+  assert.equal(platform.variant(null, "gzip, deflate"), gzip);
+  const tiny = await buildRepresentation("text/plain; charset=utf-8", "hi");
+  assert.equal(
+    variantAnswers(tiny.variants.gzip!).etag,
+    variantAnswers(tiny.variants.identity).etag,
+  );
+});
+
+Deno.test("variantAnswers(): 200 with the body, HEAD with its length and no body, 304 with no body", async () => {
+  const json = await buildRepresentation("application/json", LONG_JSON);
+  const identity = variantAnswers(json.variants.identity);
+  assert.equal(identity.get.body, LONG_JSON);
+  assert.equal(identity.head.body, null);
+  assert.deepEqual(identity.head.fields.at(-1), ["content-length", String(LONG_JSON.length)]);
+  assert.equal(identity.notModified.status, 304);
+  assert.equal(identity.notModified.body, null);
+  // A compressed body is kept as bytes, never as text.
+  assert.ok(variantAnswers(json.variants.br!).get.body instanceof Uint8Array);
+});
+
+/** `config` whose property reads are counted in `reads` (the error texts are built from it). */
+function countingReads<T extends object>(config: T): { config: T; reads: () => number } {
+  let reads = 0;
+  const counted = new Proxy(config, {
+    get(target, name, receiver) {
+      reads++;
+      return Reflect.get(target, name, receiver);
+    },
+  });
+  return { config: counted, reads: () => reads };
+}
+
+Deno.test("building the answers renders no error: each is rendered when first read, then kept", () => {
+  const plain = testConfig();
+  const content = testContent(plain);
+  const { config, reads } = countingReads(plain);
+  const answers = buildAnswers(config, content);
+  const before = reads();
+  const platform = answers.paths.get("/api/v1/platform")!;
+  const limited = platform.fixed.rateLimited;
+  // Cold start: a first 200 needs none of the error answers, so none is rendered before it.
+  assert.ok(
+    reads() > before,
+    "the error text is rendered from the configuration when first needed",
+  );
+  // Kept: the response cache finds its state by the template object.
+  assert.equal(platform.fixed.rateLimited, limited);
+  assert.equal(
+    answers.paths.get("/llms.txt")!.fixed.methodNotAllowed,
+    answers.paths.get("/robots.txt")!.fixed.methodNotAllowed,
+  );
+  assert.equal(answers.unknown.preflight, answers.unknown.preflight);
+  assert.equal(answers.paths.get("/llms.txt")!.fixed.internalError, answers.unknown.internalError);
+});
+
+Deno.test("every error code renders in JSON as the Error shape with its status", () => {
+  const render = renderer();
+  for (const code of ERROR_CODES) {
+    const error = render(code, "json");
+    const body = JSON.parse(String(error.get.body));
+    assert.equal(body.error.code, code);
+    assert.ok(error.get.status >= 400, code);
+    assert.deepEqual(error.get.fields.slice(0, 2), [
+      ["content-type", "application/json"],
+      ["cache-control", "no-store"],
+    ]);
+  }
+});
+
+Deno.test("only the 405 names the allowed methods; only HTML carries the content security policy", () => {
+  const render = renderer();
+  const allow = (code: "method_not_allowed" | "not_found") =>
+    render(code, "json").get.fields.find(([name]) => name === "allow")?.[1];
+  assert.equal(allow("method_not_allowed"), "GET, HEAD, OPTIONS");
+  assert.equal(allow("not_found"), undefined);
+  const csp = (type: "html" | "markdown") =>
+    render("not_found", type).get.fields.some(([name]) => name === "content-security-policy");
+  assert.equal(csp("html"), true);
+  assert.equal(csp("markdown"), false);
+});
+
+Deno.test("an error's answers add the path's fields; HEAD has no body and the GET body's length", () => {
+  const pair = renderer()("not_found", "markdown", [["link", "<x>"]]);
+  assert.equal(typeof pair.get.body, "string");
+  assert.deepEqual(pair.get.fields.at(-1), ["link", "<x>"]);
+  assert.equal(pair.head.body, null);
+  const length = new TextEncoder().encode(String(pair.get.body)).length;
+  assert.deepEqual(pair.head.fields.at(-1), ["content-length", String(length)]);
+});
