@@ -13,7 +13,8 @@ import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { LocalFirstStore } from "../../lib/limit/local_first.ts";
 import type { HitLog, LogBatch } from "../../lib/limit/hit_log.ts";
-import { decodeHits } from "../../lib/limit/hit_codec.ts";
+import { decodeHits, HitWriter } from "../../lib/limit/hit_codec.ts";
+import { KvHitLog } from "../../lib/limit/kv_hit_log.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { stampedBy, StoreClock } from "../../lib/limit/store_clock.ts";
@@ -285,15 +286,20 @@ Deno.test("Deno KV local-first: the others' stamps a sync brings back in this in
   );
   if (!result.ok) throw new Error(result.errors.join("; "));
   const offsets: number[] = [];
-  const ahead = await openRateLimitStore(result.config) as LocalFirstStore;
+  // Another instance whose clock is 30 s ahead, as the hit log sees it: a writer of the same KV
+  // file whose batch stamps a hit 30 s in the future (this instance's clock cannot be set apart,
+  // since hits are stamped by the store's own clock, not the time passed).
+  const ahead = new KvHitLog(await Deno.openKv(`${dir}/limit.sqlite3`), 60_000, {
+    instance: "ahead",
+    ownsKv: true,
+  });
   const here = await openRateLimitStore(result.config, {
     onClockOffset: (ms) => offsets.push(ms),
   }) as LocalFirstStore & { clockOffsetMs(): number | undefined };
   try {
-    // The other instance's clock is 30 s ahead: its hits are stamped so.
-    // A caller's first request at an instance waits for the store's answer: await both.
-    await ahead.hit("caller", Date.now() + 30_000);
-    await ahead.sync();
+    const writer = new HitWriter(4096);
+    assert.ok(writer.append("caller", Date.now() + 30_000));
+    await ahead.exchange({ instance: "ahead", seq: 0, hits: writer.take() });
     await here.hit("caller", Date.now());
     await here.sync();
     assert.equal(offsets.length, 1, `${offsets}`);
