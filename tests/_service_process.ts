@@ -43,6 +43,19 @@ export interface StartOptions {
 /** Where Debian's libfaketime is (package `faketime`). */
 export const LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
+/** Why libfaketime cannot run here, or undefined. Throws in CI, which installs it. */
+export function faketimeUnavailableReason(): string | undefined {
+  try {
+    if (Deno.statSync(LIBFAKETIME).isFile) return undefined;
+  } catch {
+    // Not installed.
+  }
+  if (Deno.env.get("CI") === "true") {
+    throw new Error(`${LIBFAKETIME} is missing (apt-get install faketime)`);
+  }
+  return `${LIBFAKETIME} is missing (apt-get install faketime)`;
+}
+
 /** How long {@linkcode ServiceProcess.stop} waits for the exit before it kills and fails. */
 const STOP_WAIT_MS = 45_000;
 

@@ -11,6 +11,7 @@
 import assert from "node:assert/strict";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
+  faketimeUnavailableReason,
   LIBFAKETIME,
   type Outcome,
   request,
@@ -26,18 +27,6 @@ const STEP_AT_S = 5;
 const EARLY_S = 32;
 /** When the window is over in truth, where a step back of 30 s would still refuse (s). */
 const LATE_S = WINDOW_S + 4;
-
-function faketimeUnavailableReason(): string | undefined {
-  try {
-    if (Deno.statSync(LIBFAKETIME).isFile) return undefined;
-  } catch {
-    // Not installed.
-  }
-  if (Deno.env.get("CI") === "true") {
-    throw new Error(`${LIBFAKETIME} is missing (apt-get install faketime)`);
-  }
-  return `${LIBFAKETIME} is missing (apt-get install faketime)`;
-}
 
 const skip = faketimeUnavailableReason();
 const noRedis = redisUnavailableReason();

@@ -13,6 +13,7 @@
 import assert from "node:assert/strict";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
+  faketimeUnavailableReason,
   LIBFAKETIME,
   type Outcome,
   request,
@@ -24,19 +25,6 @@ import { pointsOf, type Received, startReceiver } from "./_otlp_receiver.ts";
 const LIMIT = 60;
 /** The wait between the two bursts: past the skew, inside the window. */
 const LATER_MS = 31_000;
-
-/** Why libfaketime cannot run here, or undefined. Throws in CI. */
-function faketimeUnavailableReason(): string | undefined {
-  try {
-    if (Deno.statSync(LIBFAKETIME).isFile) return undefined;
-  } catch {
-    // Not installed.
-  }
-  if (Deno.env.get("CI") === "true") {
-    throw new Error(`${LIBFAKETIME} is missing (apt-get install faketime)`);
-  }
-  return `${LIBFAKETIME} is missing (apt-get install faketime)`;
-}
 
 const skip = redisUnavailableReason() ?? faketimeUnavailableReason();
 

@@ -11,30 +11,12 @@ import type { RateLimitPolicy } from "../../lib/limit/decision.ts";
 import { KvStore } from "../../lib/limit/kv.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { KV_SLEW_RATE, SteadyClock } from "../../lib/limit/steady_clock.ts";
+import { clocks, T0 } from "./_clocks.ts";
 
-const T0 = 1_700_000_000_000;
 const POLICY: RateLimitPolicy = { limit: 3, windowMs: 60_000 };
 
-/** Injected clocks: the wall clock and a monotonic one, moved by hand. */
-function clocks() {
-  const c = { wall: T0, mono: 500 };
-  return {
-    wall: () => c.wall,
-    monotonic: () => c.mono,
-    /** Time passes: both clocks move. */
-    pass(ms: number) {
-      c.wall += ms;
-      c.mono += ms;
-    },
-    /** The wall clock is stepped (NTP, `date -s`, a VM resumed): the monotonic one is not. */
-    step(ms: number) {
-      c.wall += ms;
-    },
-  };
-}
-
 Deno.test("without slewing, the clock is the wall clock at start run by the monotonic clock: no step reaches it", () => {
-  const t = clocks();
+  const t = clocks(500);
   const clock = new SteadyClock({ wall: t.wall, monotonic: t.monotonic });
   assert.equal(clock.now(), T0);
   t.pass(1000);
@@ -49,7 +31,7 @@ Deno.test("without slewing, the clock is the wall clock at start run by the mono
 
 Deno.test("slewing, the clock follows a step at the rate given, never faster, never backwards", () => {
   for (const step of [30_000, -30_000]) {
-    const t = clocks();
+    const t = clocks(500);
     const clock = new SteadyClock({
       wall: t.wall,
       monotonic: t.monotonic,
@@ -75,7 +57,7 @@ Deno.test("slewing, the clock follows a step at the rate given, never faster, ne
 });
 
 Deno.test("slewing, an idle clock catches up what the time elapsed allows, at its next reading", () => {
-  const t = clocks();
+  const t = clocks(500);
   const clock = new SteadyClock({ wall: t.wall, monotonic: t.monotonic, slewRate: 0.02 });
   t.step(30_000);
   t.pass(100_000);
@@ -83,7 +65,7 @@ Deno.test("slewing, an idle clock catches up what the time elapsed allows, at it
 });
 
 Deno.test("slewing, a difference beyond maxSlewMs is stepped at once, as the wall clock was", () => {
-  const t = clocks();
+  const t = clocks(500);
   const clock = new SteadyClock({
     wall: t.wall,
     monotonic: t.monotonic,
@@ -98,7 +80,7 @@ Deno.test("slewing, a difference beyond maxSlewMs is stepped at once, as the wal
 });
 
 Deno.test("the memory store with a clock stamps by it and sweeps by it, not by the time passed", () => {
-  const t = clocks();
+  const t = clocks(500);
   const clock = new SteadyClock({ wall: t.wall, monotonic: t.monotonic });
   const store = new MemoryStore(POLICY, { clock: clock.now, sweep: false });
   for (let i = 0; i < 3; i++) assert.equal(store.hit("192.0.2.1", t.wall()).allowed, true);
@@ -123,7 +105,7 @@ Deno.test("the memory store with a clock stamps by it and sweeps by it, not by t
 });
 
 Deno.test("the KV store with a clock stamps by it, not by the time passed", async () => {
-  const t = clocks();
+  const t = clocks(500);
   const clock = new SteadyClock({ wall: t.wall, monotonic: t.monotonic });
   const kv = await Deno.openKv(":memory:");
   const store = new KvStore(kv, POLICY, { clock: clock.now, ownsKv: true });

@@ -19,28 +19,9 @@ import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { openRedisStore } from "../../lib/limit/redis.ts";
 import { stampedBy, StoreClock } from "../../lib/limit/store_clock.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
+import { clocks, T0 } from "./_clocks.ts";
 
-const T0 = 1_700_000_000_000;
 const POLICY: RateLimitPolicy = { limit: 3, windowMs: 10_000 };
-
-/** Injected clocks: the instance's wall clock and a monotonic one, moved by hand. */
-function clocks() {
-  const c = { wall: T0, mono: 1000 };
-  return {
-    c,
-    wall: () => c.wall,
-    monotonic: () => c.mono,
-    /** Time passes: both clocks move. */
-    pass(ms: number) {
-      c.wall += ms;
-      c.mono += ms;
-    },
-    /** The wall clock is stepped (NTP, `date -s`, a VM resumed): the monotonic one is not. */
-    step(ms: number) {
-      c.wall += ms;
-    },
-  };
-}
 
 Deno.test("a sample reads the server's time at the round trip's midpoint, and the wall clock's steps do not move it", async () => {
   const t = clocks();
