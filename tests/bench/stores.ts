@@ -215,7 +215,8 @@ const results: Result[] = [];
   results.push({
     ...local,
     store: "kv local-first",
-    roundTripsPerRequest: "not counted here (one list per active caller per sync)",
+    roundTripsPerRequest:
+      "not counted here (one exchange with the hit log per sync, whatever the callers)",
   });
 }
 
