@@ -14,7 +14,6 @@ import assert from "node:assert/strict";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
   faketimeUnavailableReason,
-  LIBFAKETIME,
   type Outcome,
   request,
   type ServiceProcess,
