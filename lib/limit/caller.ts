@@ -414,15 +414,11 @@ export function createCallerKey(
   }
   const peers = new Map<string, PeerFacts>();
   const xff = options.forwardedHeader === "x-forwarded-for";
-  // The peer of the last request, checked before the map: behind a proxy nearly every request
-  // comes from the same few peers, and a comparison costs less than hashing a new string.
-  let lastHostname = "";
-  let lastPeer: PeerFacts | undefined;
   return (headers, info) => {
     const addr = info.remoteAddr;
     if (!("hostname" in addr)) return noAddressKey(headers, options);
     const hostname = addr.hostname;
-    let peer = hostname === lastHostname ? lastPeer : peers.get(hostname);
+    let peer = peers.get(hostname);
     if (peer === undefined) {
       const parsed = parseIp(hostname);
       const bytes = parsed && unmapIpv4(parsed);
@@ -432,8 +428,6 @@ export function createCallerKey(
       if (peers.size >= PEER_MEMO_LIMIT) peers.clear();
       peers.set(hostname, peer);
     }
-    lastHostname = hostname;
-    lastPeer = peer;
     if (!peer.trusted) return peer.key;
     if (xff) {
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
