@@ -5,7 +5,7 @@
  * answers (`respond/paths.ts`, each built when first needed) and the response cache, and schedules
  * the warm-up (`warm_up.ts`, imported when it starts); per request it takes the caller's key
  * (`limit/caller.ts`), the limiter's decision (the store's `hit`, or its `peek` for a CORS
- * preflight, `preflightDecision`), the path's answers, the one that answers (`respond/choose.ts`,
+ * preflight, `preflightDecision`), the path's answers, the one that answers (`respond/answers.ts`,
  * a promise while it is being built) and a clone of its prebuilt response for that decision
  * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
  * 500 with the Error shape.
@@ -26,9 +26,8 @@ import {
   undecided,
 } from "./limit/decision.ts";
 import type { Content } from "./pages/content.ts";
-import type { PathAnswers } from "./respond/answers.ts";
-import { type Chooser, createChooser } from "./respond/choose.ts";
-import { type Answers, buildAnswers } from "./respond/paths.ts";
+import { type Answers, type Chooser, createChooser, type PathAnswers } from "./respond/answers.ts";
+import { buildAnswers } from "./respond/paths.ts";
 import {
   createResponseCache,
   type ResponseCache,

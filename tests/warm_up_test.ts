@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
 import { warmUp } from "../lib/warm_up.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { negotiatorLoaded } from "../lib/http/negotiate.ts";
+import { negotiatorLoaded } from "../lib/http/message.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { buildPaths } from "../lib/respond/paths.ts";
 

@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { Encoding } from "./negotiate.ts";
+import type { Encoding } from "./message.ts";
 
 let compressionOn = false;
 

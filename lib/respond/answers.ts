@@ -1,8 +1,9 @@
 /**
  * A path's prebuilt answers: one object per path ({@linkcode PathAnswers}) holding every response it
  * can send (each representation in each coding, its 304, the preflight, the 405 and the errors),
- * each built the first time a request needs it, then kept. `paths.ts` says which path serves what;
- * `choose.ts` picks one answer per request; the response cache clones it.
+ * each built the first time a request needs it, then kept, and the per-request choice among them
+ * ({@linkcode createChooser}). `paths.ts` says which path serves what; the response cache clones the
+ * answer chosen.
  *
  * Nothing is built before a request needs it (lib/README.md, "Cold start"), and nothing needed
  * later throws: an answer not built yet is a promise of it.
@@ -11,6 +12,7 @@
  */
 
 import type { Config } from "../config.ts";
+import type { Decision } from "../limit/decision.ts";
 import {
   errorCatalog,
   type ErrorCode,
@@ -18,8 +20,16 @@ import {
   errorJson,
   errorMarkdown,
 } from "../errors.ts";
-import { type HeaderField, STATUS } from "../http/message.ts";
-import { type Encoding, memoize, preferredEncoding, preferredType } from "../http/negotiate.ts";
+import {
+  createHostCheck,
+  type Encoding,
+  type HeaderField,
+  ifNoneMatchMatches,
+  memoize,
+  preferredEncoding,
+  preferredType,
+  STATUS,
+} from "../http/message.ts";
 import type { Representation, Variant } from "../http/representation.ts";
 import { once } from "../once.ts";
 import { renderPage, type Site } from "../pages/layout.ts";
@@ -95,6 +105,16 @@ export interface FixedAnswers {
   readonly unavailable: GetAndHead;
   /** 500: an unexpected failure. */
   readonly internalError: GetAndHead;
+}
+
+/** Every answer of the service. */
+export interface Answers {
+  /** Each known path's, by exact path (case-sensitive, no trailing slash). */
+  readonly paths: ReadonlyMap<string, PathAnswers>;
+  /** An unknown path's preflight and errors. */
+  readonly unknown: FixedAnswers;
+  /** An unknown path's 404 in the media type `Accept` prefers (a promise: see `PathAnswers.variant`). */
+  notFound(accept: string | null): GetAndHead | Promise<GetAndHead>;
 }
 
 /** Every answer of one known path. */
@@ -322,4 +342,92 @@ export function notFoundAnswers(
     const type = preferredType(accept, NOT_FOUND_TYPES);
     return type instanceof Promise ? type.then(answer) : answer(type);
   });
+}
+
+/** Picks the answer of a request on `path` (`undefined`: an unknown path) after `decision`. */
+export type Chooser = (
+  request: Pick<Request, "method" | "headers">,
+  path: PathAnswers | undefined,
+  decision: Decision,
+) => ResponseTemplate | Promise<ResponseTemplate>;
+
+/** HEAD's answer of `pair` for HEAD, GET's for every other method. */
+function forMethod(pair: GetAndHead, method: string): ResponseTemplate {
+  return method === "HEAD" ? pair.head : pair.get;
+}
+
+/**
+ * The response of a variant to an admitted GET or HEAD: its 304 when `If-None-Match` matches its
+ * ETag, otherwise its 200 (without the body for HEAD).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { buildRepresentation } from "../http/representation.ts";
+ * const variant = variantAnswers((await buildRepresentation("text/plain", "hi")).variants.identity);
+ * const revalidation = new Request("http://localhost/", { headers: { "if-none-match": variant.etag } });
+ * assert.equal(variantResponse(revalidation, variant), variant.notModified);
+ * assert.equal(variantResponse(new Request("http://localhost/", { method: "HEAD" }), variant), variant.head);
+ * ```
+ */
+export function variantResponse(
+  request: Pick<Request, "method" | "headers">,
+  variant: VariantAnswers,
+): ResponseTemplate {
+  const ifNoneMatch = request.headers.get("if-none-match");
+  if (ifNoneMatch !== null && ifNoneMatchMatches(ifNoneMatch, variant.etag)) {
+    return variant.notModified;
+  }
+  return forMethod(variant, request.method);
+}
+
+/**
+ * Creates the per-request choice over the service's answers (it remembers the last valid `Host`):
+ * a refused request gets its 429; an invalid `Host` its 400 (RFC 9112 section 3.2); an unknown path
+ * its 404 in the preferred media type; GET and HEAD the variant that `Accept` and `Accept-Encoding`
+ * select, or its 304 when `If-None-Match` matches; OPTIONS its 204; any other method its 405.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadContent } from "../pages/content.ts";
+ * import { buildAnswers } from "./paths.ts";
+ * const loaded = loadConfig(recordEnv({}));
+ * assert(loaded.ok);
+ * const content = loadContent(loaded.config);
+ * assert(content.ok);
+ * const answers = buildAnswers(loaded.config, content.content);
+ * const choose = createChooser(answers);
+ * const admitted = { allowed: true, remaining: 59, resetSeconds: 60 };
+ * const request = new Request("http://localhost/x", { method: "DELETE" });
+ * assert.equal((await choose(request, answers.paths.get("/llms.txt"), admitted)).status, 405);
+ * assert.equal((await choose(request, undefined, admitted)).status, 404);
+ * ```
+ */
+export function createChooser(answers: Answers): Chooser {
+  const hostIsValid = createHostCheck();
+  return (request, path, decision) => {
+    const method = request.method;
+    const fixed = path === undefined ? answers.unknown : path.fixed;
+    if (!decision.allowed) {
+      return forMethod(decision.unavailable ? fixed.unavailable : fixed.rateLimited, method);
+    }
+    const headers = request.headers;
+    const host = headers.get("host");
+    if (host !== null && !hostIsValid(host)) return forMethod(fixed.badRequest, method);
+    if (path === undefined) {
+      const notFound = answers.notFound(headers.get("accept"));
+      return notFound instanceof Promise
+        ? notFound.then((pair) => forMethod(pair, method))
+        : forMethod(notFound, method);
+    }
+    if (method === "GET" || method === "HEAD") {
+      const variant = path.variant(headers.get("accept"), headers.get("accept-encoding"));
+      return variant instanceof Promise
+        ? variant.then((built) => variantResponse(request, built))
+        : variantResponse(request, variant);
+    }
+    return method === "OPTIONS" ? fixed.preflight : fixed.methodNotAllowed;
+  };
 }

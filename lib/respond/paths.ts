@@ -20,12 +20,12 @@ import {
   STYLESHEET_PATH,
 } from "../pages/layout.ts";
 import {
+  type Answers,
   COMMON_FIELDS,
   createErrorRenderer,
   type ErrorRenderer,
   type FixedAnswers,
   fixedAnswers,
-  type GetAndHead,
   HTML_FIELDS,
   type Lazy,
   notFoundAnswers,
@@ -33,16 +33,6 @@ import {
   pathAnswers,
   TYPES,
 } from "./answers.ts";
-
-/** Every answer of the service. */
-export interface Answers {
-  /** Each known path's, by exact path (case-sensitive, no trailing slash). */
-  readonly paths: ReadonlyMap<string, PathAnswers>;
-  /** An unknown path's preflight and errors. */
-  readonly unknown: FixedAnswers;
-  /** An unknown path's 404 in the media type `Accept` prefers (a promise: see `PathAnswers.variant`). */
-  notFound(accept: string | null): GetAndHead | Promise<GetAndHead>;
-}
 
 /** The field carrying a Markdown body's size in tokens (`pages/tokens.ts`). */
 export const TOKENS_FIELD = "x-markdown-tokens";

@@ -16,7 +16,7 @@ import {
   preferredEncoding,
   preferredType,
   withoutMediaTypeParameters,
-} from "../../lib/http/negotiate.ts";
+} from "../../lib/http/message.ts";
 
 // The values that need negotiator are negotiated by it here; the common ones never are.
 await loadNegotiator();
@@ -179,8 +179,8 @@ Deno.test("preferredEncoding() without negotiator gives negotiator's answer to e
 
 Deno.test("before negotiator is loaded, a weighted value is answered with a promise (not remembered) and a common one at once", async () => {
   // A second instance of the module (its own query string), in which negotiator is not loaded.
-  const url = new URL("../../lib/http/negotiate.ts?unloaded", import.meta.url).href;
-  const fresh: typeof import("../../lib/http/negotiate.ts") = await import(url);
+  const url = new URL("../../lib/http/message.ts?unloaded", import.meta.url).href;
+  const fresh: typeof import("../../lib/http/message.ts") = await import(url);
   assert.equal(fresh.negotiatorLoaded(), false);
   const types = ["application/json", "text/markdown"] as const;
   assert.equal(fresh.preferredType("text/markdown", types), "text/markdown");

@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { ERROR_CODES } from "../../lib/errors.ts";
-import { loadNegotiator } from "../../lib/http/negotiate.ts";
+import { loadNegotiator } from "../../lib/http/message.ts";
 import { buildRepresentation, enableCompression } from "../../lib/http/representation.ts";
 import { createErrorRenderer, variantAnswers } from "../../lib/respond/answers.ts";
 import { buildAnswers } from "../../lib/respond/paths.ts";

@@ -7,9 +7,13 @@
 
 import assert from "node:assert/strict";
 import type { Decision } from "../../lib/limit/decision.ts";
-import type { PathAnswers } from "../../lib/respond/answers.ts";
-import { createChooser as createAnyChooser, variantResponse } from "../../lib/respond/choose.ts";
-import { type Answers, buildAnswers } from "../../lib/respond/paths.ts";
+import {
+  type Answers,
+  createChooser as createAnyChooser,
+  type PathAnswers,
+  variantResponse,
+} from "../../lib/respond/answers.ts";
+import { buildAnswers } from "../../lib/respond/paths.ts";
 import type { ResponseTemplate } from "../../lib/respond/response_cache.ts";
 import { testConfig, testContent } from "../_server.ts";
 
