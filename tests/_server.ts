@@ -33,7 +33,8 @@ export const RATE_LIMIT_FIELDS: readonly string[] = [
 
 /**
  * The fields DESIGN.md requires CORS to expose (`Access-Control-Expose-Headers`), which the API
- * reference must also document: every rate-limit field, `Retry-After`, `Link`, `Deprecation`, `Sunset`.
+ * reference must also document: every rate-limit field, `Retry-After`, `Link`, `Deprecation`, `Sunset`,
+ * and what agents read beside a Markdown body: `Content-Signal` and `x-markdown-tokens`.
  */
 export const EXPOSED_FIELDS: readonly string[] = [
   "RateLimit",
@@ -45,6 +46,8 @@ export const EXPOSED_FIELDS: readonly string[] = [
   "Link",
   "Deprecation",
   "Sunset",
+  "Content-Signal",
+  "x-markdown-tokens",
 ];
 
 /** The public base URL tests configure by default: deliberately not the server's own address. */

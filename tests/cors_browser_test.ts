@@ -2,8 +2,9 @@
  * Cross-origin use from a real browser: headless Chromium (Debian's `chromium` at `/usr/bin/chromium`,
  * driven by `npm:playwright-core`) loads a page from a second local origin whose script calls the
  * service with `fetch`, as a browser app on another site would: a simple GET, a preflighted GET
- * (`If-None-Match`), the same to an unknown path (the JSON 404 must reach the page), and the
- * RateLimit fields read from JavaScript (`Access-Control-Expose-Headers`).
+ * (`If-None-Match`), the same to an unknown path (the JSON 404 must reach the page), a Markdown GET
+ * as an agent in a browser sends it, and the RateLimit fields, `x-markdown-tokens` and
+ * `Content-Signal` read from JavaScript (`Access-Control-Expose-Headers`).
  *
  * The service's own pages keep their strict CSP and run no JavaScript; the script here belongs to
  * the test's own page, served by the test on the other origin. Without the browser the test is
@@ -36,12 +37,15 @@ const read = (response, body) => ({
   policy: response.headers.get("RateLimit-Policy"),
   etag: response.headers.get("ETag"),
   link: response.headers.get("Link"),
+  tokens: response.headers.get("x-markdown-tokens"),
+  signal: response.headers.get("Content-Signal"),
 });
 const attempt = async (url, init) => {
   try {
     const response = await fetch(url, init);
     const text = await response.text();
-    return read(response, text === "" ? null : JSON.parse(text));
+    const json = (response.headers.get("Content-Type") ?? "").startsWith("application/json");
+    return read(response, text === "" ? null : json ? JSON.parse(text) : text);
   } catch (error) {
     return { error: String(error) };
   }
@@ -54,7 +58,11 @@ window.runCases = async (service) => {
   const unknown = await attempt(service + "/api/v2/platform", {
     headers: { "If-None-Match": '"x"' },
   });
-  return { simple, revalidated, unknown };
+  // Accept is CORS-safelisted: an agent's Markdown request needs no preflight either.
+  const markdown = await attempt(service + "/api/v1/platform", {
+    headers: { Accept: "text/markdown" },
+  });
+  return { simple, revalidated, unknown, markdown };
 };
 `;
 
@@ -74,6 +82,8 @@ interface Seen {
   policy?: string | null;
   etag?: string | null;
   link?: string | null;
+  tokens?: string | null;
+  signal?: string | null;
   error?: string;
 }
 
@@ -115,7 +125,7 @@ Deno.test({
             runCases: (s: string) => Promise<Record<string, Seen>>;
           }).runCases(origin),
         serviceOrigin,
-      ) as Record<"simple" | "revalidated" | "unknown", Seen>;
+      ) as Record<"simple" | "revalidated" | "unknown" | "markdown", Seen>;
 
       // A simple GET: no preflight; the body and every exposed field are readable.
       assert.equal(seen.simple.error, undefined, `simple GET: ${seen.simple.error}`);
@@ -137,8 +147,21 @@ Deno.test({
       assert.equal((seen.unknown.body as { error: { code: string } }).error.code, "not_found");
       assert.equal(seen.unknown.remaining, String(LIMIT - 3));
 
+      // An agent in a browser asking for Markdown reads its size in tokens and the content signal.
+      assert.equal(seen.markdown.error, undefined, `Markdown GET: ${seen.markdown.error}`);
+      assert.equal(seen.markdown.status, 200);
+      assert.match(String(seen.markdown.body), /^# /m);
+      assert.match(seen.markdown.tokens ?? "", /^[1-9]\d*$/, "x-markdown-tokens is exposed");
+      assert.equal(seen.markdown.signal, config.contentSignal, "Content-Signal is exposed");
+      assert.equal(seen.markdown.remaining, String(LIMIT - 4));
+
       assert.ok(received.includes("OPTIONS /api/v1/platform"), "Chromium preflighted the GET");
       assert.ok(received.includes("OPTIONS /api/v2/platform"), "and the unknown path");
+      assert.equal(
+        received.filter((line) => line === "OPTIONS /api/v1/platform").length,
+        1,
+        "only the revalidation was preflighted, not the Markdown GET",
+      );
       assert.deepEqual(consoleErrors.filter((e) => /CORS|access control/i.test(e)), []);
     } finally {
       await browser?.close();

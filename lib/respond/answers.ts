@@ -44,7 +44,7 @@ export const COMMON_FIELDS: readonly HeaderField[] = [
   ["access-control-allow-origin", "*"],
   [
     "access-control-expose-headers",
-    "RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, Link, Deprecation, Sunset, ETag",
+    "RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, Link, Deprecation, Sunset, ETag, Content-Signal, x-markdown-tokens",
   ],
 ];
 
