@@ -197,7 +197,7 @@ function prepareEager(answers: Answers): Promise<void> {
 }
 
 /** How long after start-up the warm-up (`warm_up.ts`) begins unless told otherwise, in ms. */
-export const WARM_UP_DELAY_MS = 500;
+const WARM_UP_DELAY_MS = 500;
 
 /**
  * Starts the warm-up (`warm_up.ts`) once its delay has passed, importing its module only then, so
