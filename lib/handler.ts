@@ -105,7 +105,7 @@ export interface HandlerOptions {
 export function createHandler(options: HandlerOptions): ServiceHandler {
   const { store, now, answers, callerKeyOf, cache, choose, noDecision, record } = setUp(options);
   const onError = options.onError;
-  const pathOf = lastPathFirst(answers.paths);
+  const answersOf = lastPathFirst(answers.paths);
 
   const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
     const chosen = choose(request, path, decision);
@@ -115,7 +115,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
   };
 
   const handle = (request: Request, key: string, started: number, target: string) => {
-    const path = pathOf(target);
+    const path = answersOf(target);
     const method = request.method;
     // The method first: a request that is not OPTIONS never asks for its headers here.
     if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
@@ -197,7 +197,7 @@ function prepareEager(answers: Answers): Promise<void> {
 }
 
 /** How long after start-up the warm-up (`warm_up.ts`) begins unless told otherwise, in ms. */
-export const WARM_UP_DELAY_MS = 500;
+const WARM_UP_DELAY_MS = 500;
 
 /**
  * Starts the warm-up (`warm_up.ts`) once its delay has passed, importing its module only then, so

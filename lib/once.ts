@@ -1,6 +1,6 @@
 /**
  * `once`: a value built on first use and kept, for what need not be built before it is needed (the
- * routes' representations, the templates, the pages; lib/README.md, "Cold start").
+ * paths' representations and answers, the pages; lib/README.md, "Cold start").
  *
  * @module
  */

@@ -40,7 +40,8 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     },
     // OpenTelemetry through Deno's exporter: instruments at the limiter's wrappers and the handler's.
     { layer: 4, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
-    // What the service answers: templates built at start-up, the per-request choice, the cache.
+    // What the service answers: each path's answers, built when first needed, the per-request
+    // choice among them, the cache of prebuilt responses.
     { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
     // The composition, then the wiring.
     { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },

@@ -271,8 +271,10 @@ export function keyOfIp(bytes: IpBytes): string {
  * ```
  */
 export function ipv4Value(key: string): number | undefined {
-  // A request's key is parsed twice in a row (by the caller key, then by the store's table): the
-  // second time it is the very same string, answered by one comparison.
+  // The text parsed last is answered by one comparison. Behind a trusted proxy a request's key is
+  // parsed twice in a row (by the caller key, then by the store's table): the second time it is the
+  // very same string. Without one, the caller key is the peer's address unparsed and the table
+  // parses it once: this is then a one-entry cache across requests, hit by a caller's next request.
   if (key === lastIpv4Key) return lastIpv4Value;
   const value = parseIpv4Value(key);
   lastIpv4Key = key;

@@ -32,7 +32,7 @@
  * Bytes of address space of one chunk of any class: above glibc's largest dynamic mmap threshold
  * (32 MiB on 64-bit), so that every chunk is its own mapping, touched page by page.
  */
-export const CHUNK_BYTES = 33 * 1024 * 1024;
+const CHUNK_BYTES = 33 * 1024 * 1024;
 /** Pages, for the accounting of what a chunk has touched. */
 const PAGE_BYTES = 4096;
 /** Slots of one chunk. */

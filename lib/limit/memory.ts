@@ -75,7 +75,7 @@ export const SWEEP_INTERVAL_MS = 100;
  * window is at least a second), and a cold start's first responses are sent first: the interval's
  * `setInterval` loads Node's timers on first use (lib/README.md, "Cold start").
  */
-export const FIRST_SWEEP_DELAY_MS = 1000;
+const FIRST_SWEEP_DELAY_MS = 1000;
 /** Each caller is visited about this many times per window, so that none outlives it by much. */
 const VISITS_PER_WINDOW = 2;
 /** The fewest entries one sweep pass visits. */

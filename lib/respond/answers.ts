@@ -36,7 +36,7 @@ import { renderPage, type Site } from "../pages/layout.ts";
 import { type ResponseTemplate, sendableBody } from "./response_cache.ts";
 
 /** The methods every path allows. */
-export const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
+const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
 
 /** Fields on every response of the service. */
 export const COMMON_FIELDS: readonly HeaderField[] = [

@@ -35,7 +35,7 @@ import {
 } from "./answers.ts";
 
 /** The field carrying a Markdown body's size in tokens (`pages/tokens.ts`). */
-export const TOKENS_FIELD = "x-markdown-tokens";
+const TOKENS_FIELD = "x-markdown-tokens";
 
 const NEGOTIATED: HeaderField = ["vary", "Accept, Accept-Encoding"];
 const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
@@ -46,7 +46,7 @@ const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
  * time; an edited stylesheet reaches every reader within the hour, and the ETag makes the revalidation
  * after it cheap.
  */
-export const ASSET_CACHE_CONTROL = "public, max-age=3600";
+const ASSET_CACHE_CONTROL = "public, max-age=3600";
 
 /** The `Link`, `Deprecation` and `Sunset` fields of discovery responses (spec section 9, RFC 9745, RFC 8594). */
 export function discoveryFields(config: Config): HeaderField[] {
