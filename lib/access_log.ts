@@ -10,7 +10,7 @@
  */
 
 import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller.ts";
-import { memoize } from "./http/message.ts";
+import { memoize } from "./http/negotiate.ts";
 import { later } from "./timer.ts";
 
 /** One access-log record: never the query string, a body, or a full client address. */

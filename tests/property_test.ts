@@ -12,9 +12,9 @@
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
-import { type Encoding, preferredEncoding, preferredType } from "../lib/http/message.ts";
+import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
-import { buildPaths } from "../lib/respond/paths.ts";
+import { buildAnswers } from "../lib/respond/paths.ts";
 import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
 
 const NUM_RUNS = 300;
@@ -22,7 +22,7 @@ const INFO = { remoteAddr: { transport: "tcp" as const, hostname: "192.0.2.1", p
 
 const config = testConfig({ RATE_LIMIT: "1000000" });
 const content = testContent(config);
-const KNOWN_PATHS = [...buildPaths(config, content).keys()];
+const KNOWN_PATHS = [...buildAnswers(config, content).paths.keys()];
 
 // ---------------------------------------------------------------------------------------------------
 // Arbitraries

@@ -10,9 +10,9 @@ import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
 import { warmUp } from "../lib/warm_up.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { negotiatorLoaded } from "../lib/http/message.ts";
+import { negotiatorLoaded } from "../lib/http/negotiate.ts";
 import { loadContent } from "../lib/pages/content.ts";
-import { buildPaths } from "../lib/respond/paths.ts";
+import { buildAnswers } from "../lib/respond/paths.ts";
 
 const BODY = "x".repeat(2_000);
 
@@ -85,7 +85,7 @@ Deno.test("warmUp() over the service's routes compresses every representation wi
   assert.ok(loaded.ok);
   const content = loadContent(loaded.config);
   assert.ok(content.ok);
-  const routes = [...buildPaths(loaded.config, content.content).values()];
+  const routes = [...buildAnswers(loaded.config, content.content).paths.values()];
   const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();
   warmUp(routes, { delayMs: 0, onDone: resolve, onError: (error) => assert.fail(String(error)) });
   const report = await promise;

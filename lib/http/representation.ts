@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { Encoding } from "./message.ts";
+import type { Encoding } from "./negotiate.ts";
 
 let compressionOn = false;
 

@@ -20,16 +20,8 @@ import {
   errorJson,
   errorMarkdown,
 } from "../errors.ts";
-import {
-  createHostCheck,
-  type Encoding,
-  type HeaderField,
-  ifNoneMatchMatches,
-  memoize,
-  preferredEncoding,
-  preferredType,
-  STATUS,
-} from "../http/message.ts";
+import { createHostCheck, type HeaderField, ifNoneMatchMatches, STATUS } from "../http/message.ts";
+import { type Encoding, memoize, preferredEncoding, preferredType } from "../http/negotiate.ts";
 import type { Representation, Variant } from "../http/representation.ts";
 import { once } from "../once.ts";
 import { renderPage, type Site } from "../pages/layout.ts";

@@ -22,7 +22,7 @@ import {
   memoize,
   preferredEncoding,
   preferredType,
-} from "../../lib/http/message.ts";
+} from "../../lib/http/negotiate.ts";
 import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";

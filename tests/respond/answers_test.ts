@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { ERROR_CODES } from "../../lib/errors.ts";
-import { loadNegotiator } from "../../lib/http/message.ts";
+import { loadNegotiator } from "../../lib/http/negotiate.ts";
 import { buildRepresentation, enableCompression } from "../../lib/http/representation.ts";
 import type { Decision } from "../../lib/limit/decision.ts";
 import {
