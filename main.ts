@@ -16,7 +16,7 @@ import { createHandler, type ServiceHandler } from "./lib/handler.ts";
 import { MIN_SYNC_TIMEOUT_MS } from "./lib/limit/open_store.ts";
 import type { RateLimitStore } from "./lib/limit/decision.ts";
 import type { Content } from "./lib/pages/content.ts";
-import { buildPaths } from "./lib/respond/paths.ts";
+import { buildAnswers } from "./lib/respond/paths.ts";
 import { configure } from "./lib/server/configure.ts";
 import { errorFields, event, onStartupRejection } from "./lib/server/events.ts";
 import { serve } from "./lib/server/listen.ts";
@@ -32,7 +32,7 @@ const readEnv = (name: string) => Deno.env.get(name);
  * OpenTelemetry (OTEL_DENO=true).
  */
 async function startTelemetry(config: Config, content: Content): Promise<Telemetry | undefined> {
-  const telemetry = await loadTelemetry(() => buildPaths(config, content).keys(), {
+  const telemetry = await loadTelemetry(() => buildAnswers(config, content).paths.keys(), {
     storeKind: config.rateLimitStore,
     storeTimeoutMs: config.rateLimitStoreTimeoutMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),

@@ -19,7 +19,7 @@ import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import type { PathAnswers } from "../lib/respond/answers.ts";
-import { buildPaths } from "../lib/respond/paths.ts";
+import { buildAnswers } from "../lib/respond/paths.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
 
 /** The five rate-limit fields every response carries. */
@@ -308,8 +308,8 @@ function dechunk(bytes: Uint8Array): Uint8Array {
 export async function preparedPaths(
   config: Config,
   content: Content,
-): Promise<Map<string, PathAnswers>> {
-  const paths = buildPaths(config, content);
+): Promise<ReadonlyMap<string, PathAnswers>> {
+  const paths = buildAnswers(config, content).paths;
   await Promise.all([...paths.values()].map((path) => path.prepare()));
   return paths;
 }

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { Validator } from "npm:@seriousme/openapi-schema-validator@2.11.0";
 import { ERROR_CODES, errorCatalog } from "../lib/errors.ts";
-import { buildPaths } from "../lib/respond/paths.ts";
+import { buildAnswers } from "../lib/respond/paths.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import {
   type EnvRecord,
@@ -194,7 +194,7 @@ Deno.test("every path of the route table is described with GET, HEAD and OPTIONS
   await using server = await startServer();
   const response = await rawRequest(server.url, "/openapi.json");
   const document = JSON.parse(new TextDecoder().decode(response.body)) as OpenApiDocument;
-  const routes = [...buildPaths(server.config, testContent(server.config)).keys()].sort();
+  const routes = [...buildAnswers(server.config, testContent(server.config)).paths.keys()].sort();
   assert.deepEqual(Object.keys(document.paths).sort(), routes);
   for (const path of routes) {
     const methods = HTTP_METHODS.filter((m) => document.paths[path]![m] !== undefined);

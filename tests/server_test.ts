@@ -16,7 +16,7 @@ import { brotliDecompressSync, gunzipSync } from "node:zlib";
 // @ts-types="npm:@types/http-link-header@1.0.7"
 import LinkHeader from "npm:http-link-header@1.1.4";
 import { type Contract, loadContract } from "./_contract.ts";
-import { buildPaths } from "../lib/respond/paths.ts";
+import { buildAnswers } from "../lib/respond/paths.ts";
 import { enableCompression } from "../lib/http/representation.ts";
 import {
   type EnvRecord,
@@ -268,7 +268,7 @@ const PREFLIGHT = {
 
 Deno.test("these tests cover every path of the route table", () => {
   const config = testConfig();
-  const routes = [...buildPaths(config, testContent(config)).keys()].sort();
+  const routes = [...buildAnswers(config, testContent(config)).paths.keys()].sort();
   assert.deepEqual(PATHS.map((p) => p.path).sort(), routes);
 });
 

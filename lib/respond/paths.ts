@@ -99,10 +99,10 @@ export function buildAnswers(config: Config, content: Content): Answers {
  * Every known path and its answers; `render` renders their errors, and the paths without header
  * fields of their own share the fixed answers `shared`.
  */
-export function buildPaths(
+function buildPaths(
   config: Config,
   content: Content,
-  parts: { render: ErrorRenderer; shared: FixedAnswers } = defaultParts(config, content),
+  parts: { render: ErrorRenderer; shared: FixedAnswers },
 ): Map<string, PathAnswers> {
   const { render, shared } = parts;
   const discovery = discoveryFields(config);
@@ -154,11 +154,6 @@ export function buildPaths(
     [STYLESHEET_PATH, asset(TYPES.css, content.stylesheet)],
     [ICON_PATH, asset(TYPES.svg, content.icon)],
   ]);
-}
-
-function defaultParts(config: Config, content: Content) {
-  const render = createErrorRenderer(config, content.site);
-  return { render, shared: fixedAnswers(render, []) };
 }
 
 /** The type of `type` as offered in negotiation: without parameters. */

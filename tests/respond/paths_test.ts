@@ -29,7 +29,7 @@ async function typeOf(path: PathAnswers, accept: string | null): Promise<string 
   return answer.get.fields.find(([name]) => name === "content-type")?.[1];
 }
 
-Deno.test("buildPaths() has every public path with its default and Markdown types", async () => {
+Deno.test("buildAnswers() has every public path with its default and Markdown types", async () => {
   const { routes } = await setup();
   const cases: Array<[string, string, string]> = [
     ["/api/v1/platform", "application/json", "text/markdown; charset=utf-8"],
