@@ -70,12 +70,24 @@ const PLAIN_CODINGS = /^\s*[A-Za-z0-9!#$%&'+.^_`|~-]+\s*(,\s*[A-Za-z0-9!#$%&'+.^
 
 /**
  * Loads negotiator (once; later calls return the same promise): the first request whose negotiation
- * needs it waits for it. The warm-up does not load it (`warm_up.ts`).
+ * needs it waits for it. The warm-up does not load it (`warm_up.ts`). A failed load is not kept: the
+ * requests waiting for it fail (500), and the next one that needs negotiator tries again, so that a
+ * passing failure (a file system hiccup, memory pressure) does not last until a restart.
+ *
+ * @param load imports the package (tests pass one that fails)
  */
-export function loadNegotiator(): Promise<void> {
-  return loading ??= import("negotiator").then((module) => {
-    negotiatorClass = module.default as unknown as NegotiatorClass;
-  });
+export function loadNegotiator(
+  load: () => Promise<{ default: unknown }> = () => import("negotiator"),
+): Promise<void> {
+  return loading ??= load().then(
+    (module) => {
+      negotiatorClass = module.default as NegotiatorClass;
+    },
+    (error) => {
+      loading = undefined;
+      throw error;
+    },
+  );
 }
 
 /** Whether {@linkcode loadNegotiator} has resolved (negotiator, and Node compatibility with it, loaded). */

@@ -177,6 +177,20 @@ Deno.test("preferredEncoding() without negotiator gives negotiator's answer to e
   assert.ok(fast > FAST_PATH_RUNS / 4, `only ${fast} values took the fast path`);
 });
 
+Deno.test("a failed load of negotiator is not kept: the next value that needs it loads it again", async () => {
+  // A second instance of the module (its own query string), in which negotiator is not loaded.
+  const url = new URL("../../lib/http/negotiate.ts?failed-load", import.meta.url).href;
+  const fresh: typeof import("../../lib/http/negotiate.ts") = await import(url);
+  await assert.rejects(
+    fresh.loadNegotiator(() => Promise.reject(new Error("no memory"))),
+    /no memory/,
+  );
+  assert.equal(fresh.negotiatorLoaded(), false);
+  const weighted = "application/json;q=0.5, text/markdown;q=0.9";
+  assert.equal(await fresh.preferredType(weighted, PLATFORM), "text/markdown");
+  assert.equal(fresh.negotiatorLoaded(), true);
+});
+
 Deno.test("before negotiator is loaded, a weighted value is answered with a promise (not remembered) and a common one at once", async () => {
   // A second instance of the module (its own query string), in which negotiator is not loaded.
   const url = new URL("../../lib/http/negotiate.ts?unloaded", import.meta.url).href;
