@@ -1,9 +1,15 @@
 /**
- * A delaying TCP proxy on loopback, for tests: a store "far away" without the kernel's netem.
+ * A delaying TCP proxy on loopback, for tests: a store "far away" without the kernel's netem, and a
+ * connection that dies silently.
  *
  * Every chunk read in either direction is written to the other side `delayMs` after it arrived, in
  * order, so a request-reply round trip through the proxy takes at least `2 · delayMs`. It listens on
  * 127.0.0.1 only, forwards only to 127.0.0.1, and closes every connection when closed.
+ *
+ * `freeze()` stands for a connection that dies with no FIN or RST (a NAT or firewall entry dropped,
+ * a VM paused, a cable pulled): the connections open at that moment stay open at both ends, and
+ * every byte either end sends on them from then on is dropped; new connections are forwarded as
+ * usual.
  *
  * @module
  */
@@ -12,6 +18,11 @@
 export interface LatencyProxy extends AsyncDisposable {
   /** The port it listens on (127.0.0.1). */
   port: number;
+  /**
+   * From now on drops every byte of the connections open now, in both directions, without closing
+   * them (new connections are forwarded normally). Returns how many connections it froze.
+   */
+  freeze(): number;
   /** Stops listening and closes every proxied connection. */
   close(): Promise<void>;
 }
@@ -43,6 +54,8 @@ export interface LatencyProxy extends AsyncDisposable {
 export function startLatencyProxy(targetPort: number, delayMs: number): LatencyProxy {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const conns = new Set<Deno.Conn>();
+  /** The pairs forwarding now: freezing one sets its flag, which both directions read. */
+  const live = new Set<{ frozen: boolean }>();
   const pipes: Promise<void>[] = [];
   const accepting = (async () => {
     for await (const client of listener) {
@@ -56,7 +69,10 @@ export function startLatencyProxy(targetPort: number, delayMs: number): LatencyP
         continue;
       }
       conns.add(server);
+      const state = { frozen: false };
+      live.add(state);
       const done = () => {
+        live.delete(state);
         for (const conn of [client, server]) {
           if (conns.delete(conn)) {
             try {
@@ -67,8 +83,8 @@ export function startLatencyProxy(targetPort: number, delayMs: number): LatencyP
           }
         }
       };
-      pipes.push(pipe(client, server, delayMs).finally(done));
-      pipes.push(pipe(server, client, delayMs).finally(done));
+      pipes.push(pipe(client, server, delayMs, state).finally(done));
+      pipes.push(pipe(server, client, delayMs, state).finally(done));
     }
   })().catch(() => {});
   const close = async () => {
@@ -88,23 +104,44 @@ export function startLatencyProxy(targetPort: number, delayMs: number): LatencyP
     await accepting;
     await Promise.allSettled(pipes);
   };
-  return { port: (listener.addr as Deno.NetAddr).port, close, [Symbol.asyncDispose]: close };
+  const freeze = () => {
+    const frozen = live.size;
+    for (const state of live) state.frozen = true;
+    live.clear();
+    return frozen;
+  };
+  return {
+    port: (listener.addr as Deno.NetAddr).port,
+    freeze,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
 }
 
-/** Copies `from` to `to`, writing each chunk `delayMs` after it was read, in order. */
-async function pipe(from: Deno.Conn, to: Deno.Conn, delayMs: number): Promise<void> {
+/**
+ * Copies `from` to `to`, writing each chunk `delayMs` after it was read, in order; once `state` is
+ * frozen, keeps reading (both sockets stay open) and drops what it reads and what was still due.
+ */
+async function pipe(
+  from: Deno.Conn,
+  to: Deno.Conn,
+  delayMs: number,
+  state: { frozen: boolean },
+): Promise<void> {
   let writing = Promise.resolve();
   const buffer = new Uint8Array(64 * 1024);
   try {
     while (true) {
       const n = await from.read(buffer);
       if (n === null) break;
+      if (state.frozen) continue;
       const chunk = buffer.slice(0, n);
       const due = performance.now() + delayMs;
       // Chunks queue behind each other, each released at its own due time.
       writing = writing.then(async () => {
         const wait = due - performance.now();
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        if (state.frozen) return;
         await writeAll(to, chunk);
       });
     }

@@ -420,7 +420,9 @@ export class LocalFirstStore implements RateLimitStore {
    * One exchange, bounded by `syncTimeoutMs`. One that timed out may still land: its reply is then
    * recorded when it comes (the log's cursor has moved past those batches) and its batch is sent
    * again with the same number (a log keeps it once). Until it has settled no other exchange starts
-   * (a sync meanwhile fails at once): two exchanges of one log are never in flight together.
+   * (a sync meanwhile fails at once): two exchanges of one log are never in flight together. An
+   * exchange sent down a connection that died silently settles when the Redis client replaces that
+   * connection (`redis_client.ts`, `SILENT_CONNECTION_MS`).
    */
   async #exchange(mine: LogBatch | null): Promise<LogBatch[]> {
     if (this.#unsettled) throw new SyncTimeoutError(this.#options.syncTimeoutMs);

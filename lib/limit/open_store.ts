@@ -130,6 +130,7 @@ export async function openRateLimitStore(
     let sampled = -Infinity;
     store = await openRedisStore(redisTargetOf(config), policy, {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
+      storeTimeoutMs: config.rateLimitStoreTimeoutMs,
       // One sample per interval is plenty: the rest of the replies cost nothing.
       onServerTime: (serverMs, sent, received) => {
         if (sent - sampled < CLOCK_INTERVAL_MS) return;
@@ -184,7 +185,10 @@ async function openLocalFirst(
       import("./redis_client.ts"),
     ]);
     const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
-    const client = await openRedisStoreClient(redisTargetOf(config), { connectWaitMs });
+    const client = await openRedisStoreClient(redisTargetOf(config), {
+      connectWaitMs,
+      storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+    });
     log = new RedisHitLog(client, policy.windowMs, { instance, ownsClient: true });
     // Every instance reads the clock of the primary serving one key: one clock for all of them.
     const key = logKey(client.type, "rate_limit:", CLOCK_KEY);

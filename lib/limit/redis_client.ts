@@ -4,13 +4,14 @@
  * and refreshes its map of slots when a primary fails over) or a primary found through Sentinel
  * (`sentinel`: `createSentinel`, which follows the sentinels' `switch-master`). Routing, failover and
  * the `NOSCRIPT` fallback are `@redis/client`'s; this module picks the client, gives every node the
- * same credentials and TLS, keeps connecting when the store is down at start-up, and turns the
- * replies of a wrong `REDIS_TYPE` into one sentence naming the type to set.
+ * same credentials and TLS, keeps connecting when the store is down at start-up, turns the replies
+ * of a wrong `REDIS_TYPE` into one sentence naming the type to set, and replaces a connection that
+ * died silently ({@linkcode SILENT_CONNECTION_MS}).
  *
  * @module
  */
 
-import { createClient, createCluster, createSentinel } from "@redis/client";
+import { createClient, createCluster, createSentinel, ErrorReply } from "@redis/client";
 import slotModule from "@redis/client/dist/lib/utils/calculate-slot.js";
 import type { RateLimitPolicy } from "./decision.ts";
 import { SCRIPTS } from "./redis_scripts.ts";
@@ -58,6 +59,28 @@ const RECONNECT_MAX_MS = 500;
  * time from a replica's promotion to limiting again within about 0.5 s (with the guard's probe).
  */
 const CLUSTER_RECONNECT_MAX_MS = 250;
+
+/**
+ * The shortest silence after which a connection is presumed dead, in ms: a call has waited this
+ * long and nothing at all has come back on its connection (on a cluster, from the primary serving
+ * its slot) since it was sent. Such a connection died without a FIN or RST (a NAT or firewall entry
+ * dropped, a VM paused, a cable pulled): the kernel would retransmit into it for about 15 minutes
+ * with Linux's defaults before giving up, and `@redis/client` would send every later call down it
+ * meanwhile (its `socketTimeout` counts writes as activity, so it never fires while calls are sent;
+ * TCP keepalive probes only an idle connection; Deno offers no `TCP_USER_TIMEOUT`). The client is
+ * then replaced by a new one, which connects afresh, and the calls left waiting are rejected. The
+ * bound is the store timeout where that is longer (`storeTimeoutMs`), so that no call a caller still
+ * waits for is cut. The silence is checked every 250 ms: a dead connection is replaced at most
+ * `max(SILENT_CONNECTION_MS, RATE_LIMIT_STORE_TIMEOUT_MS) + 0.5 s` after the first call it left
+ * unanswered. A connection with no call waiting is never judged, so an idle one costs
+ * nothing and never flaps. Redis answers a healthy connection in microseconds to milliseconds: 3 s
+ * of silence with a call waiting is a dead connection, or a server stalled for everyone (then a new
+ * connection waits as the old one did, and the guard answers by policy meanwhile).
+ */
+export const SILENT_CONNECTION_MS = 3000;
+
+/** How often the connections' silence is checked, in ms: dead ones are replaced within a tick. */
+const SILENCE_TICK_MS = 250;
 
 /**
  * The hash slot of a key, by the very function the cluster client routes with (a CommonJS module:
@@ -135,6 +158,11 @@ export interface RedisStoreClient {
 export interface RedisClientOptions {
   /** Receives the client's connection errors (it reconnects by itself). */
   onError?: (error: Error) => void;
+  /**
+   * The longest a caller waits for a call, in ms (`RATE_LIMIT_STORE_TIMEOUT_MS`): a connection is
+   * presumed dead after `max(storeTimeoutMs, SILENT_CONNECTION_MS)` of silence with a call waiting.
+   */
+  storeTimeoutMs?: number;
 }
 
 /** What every client of the three kinds offers that this module uses. */
@@ -233,26 +261,58 @@ export function createRedisClient(
   return new Connection(resolved, options);
 }
 
+/** The calls waiting on one connection (a cluster: one slot), and whether anything came back. */
+interface Lane {
+  /** Calls sent and not settled. */
+  waiting: number;
+  /** Replies received (an error reply is one: the server answered). */
+  replies: number;
+  /** `replies` when the silence check last looked. */
+  seen: number;
+  /**
+   * Since when nothing came back while a call waited, by `performance.now()`; undefined while no
+   * call waits, and until the check first looks.
+   */
+  quietSince: number | undefined;
+}
+
 /** One client of any topology behind {@linkcode RedisStoreClient}. */
 class Connection implements RedisStoreClient {
   readonly type: RedisType;
-  readonly #client: ScriptClient;
-  readonly #cluster: ReturnType<typeof clusterClient> | undefined;
+  readonly #target: RedisTarget;
+  #client!: ScriptClient;
+  #cluster: ReturnType<typeof clusterClient> | undefined;
   readonly #onError: (error: Error) => void;
-  readonly #connected: Promise<void>;
+  #connected!: Promise<void>;
   #problem: string | undefined;
   #closed = false;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #wake: (() => void) | undefined;
+  readonly #silentMs: number;
+  /** One lane per slot a call was sent to (slot 0 off a cluster: one connection). */
+  readonly #lanes = new Map<number, Lane>();
+  readonly #ticker: ReturnType<typeof setInterval>;
 
   constructor(target: RedisTarget, options: RedisClientOptions) {
     this.type = target.type;
+    this.#target = target;
+    this.#silentMs = Math.max(options.storeTimeoutMs ?? 0, SILENT_CONNECTION_MS);
     this.#onError = (error) => {
       if (target.type === "cluster" && /cluster support disabled/i.test(error.message)) {
         this.#problem = CLUSTER_AT_SINGLE;
       }
       options.onError?.(error);
     };
+    this.#open();
+    this.#ticker = setInterval(() => this.#checkSilence(), SILENCE_TICK_MS);
+    // The check must never keep a process (or a test) alive.
+    Deno.unrefTimer(this.#ticker);
+  }
+
+  /** Builds the client of the target's type and starts connecting it. */
+  #open(): void {
+    const target = this.#target;
+    this.#cluster = undefined;
     if (target.type === "cluster") {
       this.#cluster = clusterClient(target.urls);
       this.#client = this.#cluster as unknown as ScriptClient;
@@ -268,7 +328,7 @@ class Connection implements RedisStoreClient {
     const emitter = this.#client as unknown as { on(event: string, f: (e: Error) => void): void };
     emitter.on("error", this.#onError);
     if (target.type === "cluster") emitter.on("node-error", this.#onError);
-    this.#connected = this.#connect();
+    this.#connected = this.#connect(this.#client);
   }
 
   get isReady(): boolean {
@@ -281,22 +341,22 @@ class Connection implements RedisStoreClient {
     policy: RateLimitPolicy,
     member: string,
   ): Promise<unknown> {
-    return this.#checked(() => this.#client.rateLimitHit(key, now, policy, member));
+    return this.#checked(key, () => this.#client.rateLimitHit(key, now, policy, member));
   }
 
   peek(key: string, windowMs: number, now?: number): Promise<unknown> {
-    return this.#checked(() => this.#client.rateLimitPeek(key, windowMs, now));
+    return this.#checked(key, () => this.#client.rateLimitPeek(key, windowMs, now));
   }
 
   async time(key: string): Promise<number> {
-    const reply = await this.#checked(() => this.#client.rateLimitTime(key));
+    const reply = await this.#checked(key, () => this.#client.rateLimitTime(key));
     const ms = Number(reply);
     if (!Number.isFinite(ms)) throw new TypeError(`unexpected reply from Redis TIME: ${reply}`);
     return ms;
   }
 
   exchange(keys: [string, string], args: string[]): Promise<unknown> {
-    return this.#checked(() => this.#client.rateLimitExchange(keys, args));
+    return this.#checked(keys[0], () => this.#client.rateLimitExchange(keys, args));
   }
 
   slotOf(key: string): number | undefined {
@@ -333,37 +393,93 @@ class Connection implements RedisStoreClient {
     this.#closed = true;
     clearTimeout(this.#retry);
     this.#wake?.();
-    // Closing waits for the replies in flight; a client that is not connected has none to wait for.
-    if (this.#client.isReady) await this.#client.close().catch(() => this.#client.destroy());
-    else this.#client.destroy();
+    // Closing waits for the replies in flight (the silence check destroys a client whose
+    // connection went silent meanwhile); a client that is not connected has none to wait for.
+    const client = this.#client;
+    if (client.isReady) await client.close().catch(() => client.destroy());
+    else client.destroy();
+    clearInterval(this.#ticker);
     await this.#connected;
   }
 
-  /** Runs `call`, refusing at once once a wrong type is known and naming it on a `MOVED` reply. */
-  async #checked(call: () => Promise<unknown>): Promise<unknown> {
+  /**
+   * Runs `call` on `key`'s connection, refusing at once once a wrong type is known, naming it on a
+   * `MOVED` reply, and counting what comes back for the silence check.
+   */
+  async #checked(key: string, call: () => Promise<unknown>): Promise<unknown> {
     if (this.#problem !== undefined) throw new RedisTypeError(this.#problem);
+    const slot = this.type === "cluster" ? calculateSlot(key) : 0;
+    let lane = this.#lanes.get(slot);
+    if (lane === undefined) {
+      lane = { waiting: 0, replies: 0, seen: 0, quietSince: undefined };
+      this.#lanes.set(slot, lane);
+    }
+    lane.waiting++;
     try {
-      return await call();
+      const reply = await call();
+      lane.replies++;
+      return reply;
     } catch (error) {
+      if (error instanceof ErrorReply) lane.replies++;
       // A cluster client follows MOVED itself; a single-server client is at a cluster node.
       if (this.type === "single" && error instanceof Error && error.message.startsWith("MOVED ")) {
         this.#problem = SINGLE_AT_CLUSTER;
         throw new RedisTypeError(SINGLE_AT_CLUSTER);
       }
       throw error;
+    } finally {
+      // Silence counts only while a call waits (written calls never time out in the client).
+      if (--lane.waiting === 0) lane.quietSince = undefined;
     }
   }
 
   /**
-   * Connects, and for a cluster or Sentinel keeps trying every half second until it succeeds (their
-   * clients give up after a first failed discovery; a single-server client retries by itself).
+   * Every {@linkcode SILENCE_TICK_MS}: a lane with a call waiting and nothing back for `silentMs`
+   * is a connection that died silently, and the client is replaced (destroyed, once closing).
    */
-  async #connect(): Promise<void> {
-    while (!this.#closed) {
+  #checkSilence(): void {
+    const now = performance.now();
+    let dead = false;
+    for (const lane of this.#lanes.values()) {
+      if (lane.waiting === 0) continue;
+      if (lane.replies !== lane.seen || lane.quietSince === undefined) {
+        lane.seen = lane.replies;
+        lane.quietSince = now;
+      } else if (lane.waiting > 0 && now - lane.quietSince >= this.#silentMs) {
+        dead = true;
+      }
+    }
+    if (!dead) return;
+    // The calls waiting are rejected below, each on its own lane; new ones start from silence 0.
+    for (const lane of this.#lanes.values()) lane.quietSince = undefined;
+    const old = this.#client;
+    this.#onError(
+      new Error(
+        `no reply from Redis for ${this.#silentMs} ms with a call waiting: ` +
+          (this.#closed ? "closing the connection" : "connecting again"),
+      ),
+    );
+    if (!this.#closed) this.#open();
+    // Rejects the calls still waiting on the dead connection (and ends a close waiting for them).
+    try {
+      old.destroy();
+    } catch {
+      // Already destroyed.
+    }
+  }
+
+  /**
+   * Connects `client`, and for a cluster or Sentinel keeps trying every half second until it
+   * succeeds (their clients give up after a first failed discovery; a single-server client retries
+   * by itself), while it is still this connection's client.
+   */
+  async #connect(client: ScriptClient): Promise<void> {
+    while (!this.#closed && this.#client === client) {
       try {
-        await this.#client.connect();
+        await client.connect();
         return;
       } catch (error) {
+        if (this.#client !== client) return;
         this.#onError(error instanceof Error ? error : new Error(String(error)));
         if (this.type === "single" || this.#problem !== undefined) return;
         await new Promise<void>((resolve) => {
