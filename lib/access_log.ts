@@ -44,7 +44,8 @@ export type AccessRecorder = (
 /**
  * Creates the recorder that turns a request's facts into an {@linkcode AccessRecord} for `log`.
  * Per request, the record needs the time as ISO 8601 and the truncated caller: both are remembered,
- * the time for the millisecond (tens of requests share one under load), the caller per key.
+ * the time for the millisecond (tens of requests share one under load), the caller per key (7% and
+ * 16% of a hot caller's throughput, paired: tests/bench/README.md, "Tried and not kept").
  *
  * @param now the clock the handler measures with, in ms
  * @example
