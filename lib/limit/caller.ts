@@ -271,22 +271,6 @@ export function keyOfIp(bytes: IpBytes): string {
  * ```
  */
 export function ipv4Value(key: string): number | undefined {
-  // A request's key is parsed twice in a row (by the caller key, then by the store's table): the
-  // second time it is the very same string, answered by one comparison (a hot caller's throughput
-  // 1.055 paired: tests/bench/README.md, "Tried and not kept").
-  if (key === lastIpv4Key) return lastIpv4Value;
-  const value = parseIpv4Value(key);
-  lastIpv4Key = key;
-  lastIpv4Value = value;
-  return value;
-}
-
-/** The text {@linkcode ipv4Value} parsed last, and its answer. */
-let lastIpv4Key = "";
-let lastIpv4Value: number | undefined;
-
-/** {@linkcode ipv4Value} without the memo. */
-function parseIpv4Value(key: string): number | undefined {
   const length = key.length;
   if (length < 7 || length > 15) return undefined;
   let value = 0;
