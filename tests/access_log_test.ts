@@ -83,6 +83,32 @@ Deno.test("createAccessRecorder() truncates the caller, keeps the path as given 
   ]);
 });
 
+Deno.test("createAccessRecorder() gives each request its own caller and time when keys and milliseconds alternate", () => {
+  const records: AccessRecord[] = [];
+  const record = createAccessRecorder((r) => records.push(r), () => 0);
+  const requests: Array<[string, number]> = [
+    ["192.0.2.77", 0],
+    ["192.0.2.77", 0],
+    ["198.51.100.9", 0],
+    ["192.0.2.77", 1],
+    [NO_ADDRESS_KEY, 1],
+    ["2001:0db8:0001:0002::/64", 0],
+    [NO_ADDRESS_KEY, 0],
+    ["192.0.2.77", 0],
+  ];
+  for (const [key, started] of requests) record("GET", "/", key, started, 200);
+  assert.deepEqual(records.map((r) => [r.caller, r.time]), [
+    ["192.0.2.0", "1970-01-01T00:00:00.000Z"],
+    ["192.0.2.0", "1970-01-01T00:00:00.000Z"],
+    ["198.51.100.0", "1970-01-01T00:00:00.000Z"],
+    ["192.0.2.0", "1970-01-01T00:00:00.001Z"],
+    ["unix", "1970-01-01T00:00:00.001Z"],
+    ["2001:db8:1::", "1970-01-01T00:00:00.000Z"],
+    ["unix", "1970-01-01T00:00:00.000Z"],
+    ["192.0.2.0", "1970-01-01T00:00:00.000Z"],
+  ]);
+});
+
 Deno.test("createAccessLog() schedules its first flush without reading a lazily loaded global (Node's timers)", () => {
   const chunks: Uint8Array[] = [];
   const log = createAccessLog((chunk) => chunks.push(chunk));

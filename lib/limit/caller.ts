@@ -271,23 +271,6 @@ export function keyOfIp(bytes: IpBytes): string {
  * ```
  */
 export function ipv4Value(key: string): number | undefined {
-  // The text parsed last is answered by one comparison. Behind a trusted proxy a request's key is
-  // parsed twice in a row (by the caller key, then by the store's table): the second time it is the
-  // very same string. Without one, the caller key is the peer's address unparsed and the table
-  // parses it once: this is then a one-entry cache across requests, hit by a caller's next request.
-  if (key === lastIpv4Key) return lastIpv4Value;
-  const value = parseIpv4Value(key);
-  lastIpv4Key = key;
-  lastIpv4Value = value;
-  return value;
-}
-
-/** The text {@linkcode ipv4Value} parsed last, and its answer. */
-let lastIpv4Key = "";
-let lastIpv4Value: number | undefined;
-
-/** {@linkcode ipv4Value} without the memo. */
-function parseIpv4Value(key: string): number | undefined {
   const length = key.length;
   if (length < 7 || length > 15) return undefined;
   let value = 0;
@@ -396,8 +379,9 @@ const PEER_MEMO_LIMIT = 4096;
 
 /**
  * A {@linkcode callerKey} for fixed options, for the hot path: it remembers what it learnt about each
- * peer address (its key, whether it is a trusted proxy), and takes a single `X-Forwarded-For` entry
- * that is already a canonical IPv4 address as the key without parsing it. Every answer equals
+ * peer address (its key, whether it is a trusted proxy; worth 5-10% behind a trusted proxy, paired:
+ * tests/bench/README.md, "Tried and not kept"), and takes a single `X-Forwarded-For` entry that is
+ * already a canonical IPv4 address as the key without parsing it. Every answer equals
  * `callerKey(headers, info, options)`.
  *
  * @example
