@@ -73,7 +73,7 @@ export function createAccessRecorder(
   // The caller is logged as the rate limit saw it (behind trusted proxies, the client, not the
   // proxy), truncated: keys are an IPv4 address or an IPv6 /64 written as "xxxx:...::/64". Only the
   // last key is remembered: a map of keys cost more than it saved among many callers.
-  let callerOf = "";
+  let callerOf: string | undefined;
   let caller = "";
   return (method, path, key, started, status, badHost) => {
     if (started !== isoMs) {

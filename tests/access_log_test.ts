@@ -87,6 +87,8 @@ Deno.test("createAccessRecorder() gives each request its own caller and time whe
   const records: AccessRecord[] = [];
   const record = createAccessRecorder((r) => records.push(r), () => 0);
   const requests: Array<[string, number]> = [
+    // A request that failed before its caller key was known (answered 500) logs an empty key.
+    ["", 0],
     ["192.0.2.77", 0],
     ["192.0.2.77", 0],
     ["198.51.100.9", 0],
@@ -98,6 +100,7 @@ Deno.test("createAccessRecorder() gives each request its own caller and time whe
   ];
   for (const [key, started] of requests) record("GET", "/", key, started, 200);
   assert.deepEqual(records.map((r) => [r.caller, r.time]), [
+    ["unknown", "1970-01-01T00:00:00.000Z"],
     ["192.0.2.0", "1970-01-01T00:00:00.000Z"],
     ["192.0.2.0", "1970-01-01T00:00:00.000Z"],
     ["198.51.100.0", "1970-01-01T00:00:00.000Z"],
