@@ -293,6 +293,11 @@ export class LocalFirstStore implements RateLimitStore {
   readonly #peerClocks: PeerClocks;
   /** The last clock verdict reported, as a key (`agree` when none). */
   #clockVerdict = "agree";
+  /**
+   * Until the first sync that read everything: the replay's batches are old by design, and a
+   * stopped predecessor's would look like a clock behind.
+   */
+  #replaying = true;
   /** The open episodes of entries not trusted, by cause: how many, and when the last was met. */
   readonly #untrusted = new Map<Untrusted, { count: number; lastAt: number }>();
   /** The log's health counters already accounted for. */
@@ -319,11 +324,11 @@ export class LocalFirstStore implements RateLimitStore {
     this.#instance = options.instance ?? crypto.randomUUID().slice(0, 8);
     this.#maxBacklog = options.maxBacklogBytes ?? MAX_BACKLOG_BYTES;
     this.#futureToleranceMs = options.futureToleranceMs ?? FUTURE_TOLERANCE_MS;
-    // A working sync delivers a hit within D (a few syncs); a peer whose newest stamps lag by more
-    // than the sync's timeout and a tenth of the window besides is behind, not slow.
+    // A working sync delivers a hit within D (a few syncs); a peer whose newest stamps lag by a
+    // window (its hits count for nothing here) and more than a sync's timeout is behind, not slow.
     this.#peerClocks = new PeerClocks({
       toleranceMs: this.#futureToleranceMs,
-      lagMs: options.syncTimeoutMs + 2 * options.syncMs + policy.windowMs / 10,
+      lagMs: Math.max(policy.windowMs, options.syncTimeoutMs + 2 * options.syncMs),
     });
     this.#writer = new HitWriter(log.maxBatchBytes);
     const auto = options.autoSync ?? true;
@@ -485,6 +490,7 @@ export class LocalFirstStore implements RateLimitStore {
         this.#stats.sentHits += head.count;
       }
       this.#succeeded(now, i === 0);
+      if (this.#log.more !== true) this.#replaying = false;
       if (this.#sealed.length === 0 && this.#log.more !== true) break;
     }
     this.#checkTrust();
@@ -572,7 +578,9 @@ export class LocalFirstStore implements RateLimitStore {
       } catch {
         unread++;
       }
-      if (newest > -Infinity) this.#peerClocks.observe(String(batch.instance), newest, now);
+      if (newest > -Infinity && !this.#replaying) {
+        this.#peerClocks.observe(String(batch.instance), newest, now);
+      }
     }
     this.#counted(future, unread);
   }

@@ -126,6 +126,10 @@ export class RedisHitLog implements HitLog {
     let cursor = this.#cursor;
     let bytes = 0;
     let more = false;
+    // Taken before the round trip: a batch whose exchange timed out after it landed is sent again
+    // with the same number, and its refusal then is no sign of anything.
+    const firstSend = mine !== null && mine.seq !== this.#lastSent;
+    if (mine !== null) this.#lastSent = mine.seq;
     for (let read = 0; read < MAX_READS && bytes < EXCHANGE_BYTES; read++) {
       const args = [
         this.#keepMs,
@@ -141,7 +145,11 @@ export class RedisHitLog implements HitLog {
       if (!Array.isArray(reply) || reply.length < 4 || (reply.length - 4) % 3 !== 0) {
         throw new TypeError(`unexpected reply from the rate-limit hit log: ${typeof reply}`);
       }
-      if (append !== null) this.#appended(append, Number(reply[2]));
+      if (append !== null && firstSend && Number(reply[2]) === 0) {
+        this.#tampered(
+          `batch ${append.seq} of this instance was refused the first time it was sent: an entry it did not write set its number`,
+        );
+      }
       append = null;
       cursor = String(reply[0]);
       if (read === 0 && Number(reply[3]) > IDS_AHEAD_MS) {
@@ -158,17 +166,6 @@ export class RedisHitLog implements HitLog {
     this.#cursor = cursor;
     this.#more = more;
     return batches;
-  }
-
-  /** Counts an append refused the first time its number was sent: another entry set that number. */
-  #appended(mine: LogBatch, outcome: number): void {
-    const first = mine.seq !== this.#lastSent;
-    this.#lastSent = mine.seq;
-    if (outcome === 0 && first) {
-      this.#tampered(
-        `batch ${mine.seq} of this instance was refused the first time it was sent: an entry it did not write set its number`,
-      );
-    }
   }
 
   /** Reads the entries of one reply into `batches`, skipping those that are not batches; its bytes. */
