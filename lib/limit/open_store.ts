@@ -177,9 +177,9 @@ async function openLocalFirst(
     });
     // Deno KV has no clock: hits are stamped by one that a step of the wall clock does not move
     // (it follows the wall clock at a bounded rate). Whose clock is wrong is told by the majority
-    // of the peers' stamps (`peer_clocks.ts`, the `clock` sync incident), not by this clock: one
-    // peer ahead must not make a healthy instance blame itself.
-    // Its warning is the `clock` sync incident's; the clock only keeps the offset for the metric.
+    // of the peers' stamps (`peer_clocks.ts`, the `clock` sync incident, which is the warning), not
+    // by this clock, which only keeps the verdict's offset for the metric: one peer ahead must not
+    // make a healthy instance blame itself.
     clock = new StoreClock({ wall: kvClock(policy.windowMs) });
   } else {
     const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
