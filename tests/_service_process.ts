@@ -71,6 +71,8 @@ const EXIT_AFTER_STOPPED_MS = 5_000;
 export interface ServiceProcess {
   /** `http://127.0.0.1:<port>`. */
   url: string;
+  /** The process id (the `deno` process itself, unless `descriptorLimit` put a shell before it). */
+  pid: number;
   /** Every JSON event it wrote on stderr so far. */
   events: Record<string, unknown>[];
   /** Sends SIGTERM and waits for it to exit. */
@@ -180,6 +182,7 @@ export async function startService(
   clearTimeout(timer);
   return {
     url,
+    pid: child.pid,
     events,
     kill: (signal) => child.kill(signal),
     exited: child.status.then((status) => status.code),

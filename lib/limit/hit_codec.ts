@@ -119,7 +119,10 @@ export class HitWriter {
 
 /**
  * Calls `each` with every hit of `batch`, in the order packed. Throws a `RangeError` on a batch it
- * cannot read (another format, cut short): the caller drops it whole.
+ * cannot read (another format, cut short, a key longer than {@linkcode MAX_KEY_BYTES}, a time that is
+ * not a finite number of ms): the caller drops the rest of it. A batch is written by another process
+ * and read back from a shared store, so nothing in it is trusted: every length is checked against
+ * the bytes there are, and no hit costs more than its bytes.
  *
  * @example
  * ```ts
@@ -139,6 +142,7 @@ export function decodeHits(batch: Uint8Array, each: (key: string, time: number) 
   }
   const view = new DataView(batch.buffer, batch.byteOffset, batch.byteLength);
   let t = view.getFloat64(1);
+  if (!Number.isSafeInteger(t)) throw new RangeError(`hit batch: a first time of ${t}`);
   let at = HEADER_BYTES;
   const cursor = { at: 0 };
   while (at < batch.length) {
@@ -154,6 +158,7 @@ export function decodeHits(batch: Uint8Array, each: (key: string, time: number) 
       cursor.at = at;
       const length = readVarint(batch, cursor);
       at = cursor.at;
+      if (length > MAX_KEY_BYTES) throw new RangeError(`hit batch: a key of ${length} bytes`);
       if (at + length > batch.length) throw new RangeError("hit batch cut short");
       key = decoder.decode(batch.subarray(at, at + length));
       at += length;
@@ -164,6 +169,7 @@ export function decodeHits(batch: Uint8Array, each: (key: string, time: number) 
     const zigzag = readVarint(batch, cursor);
     at = cursor.at;
     t += zigzag % 2 === 0 ? zigzag / 2 : -(zigzag + 1) / 2;
+    if (!Number.isSafeInteger(t)) throw new RangeError(`hit batch: a time of ${t}`);
     each(key, t);
   }
 }

@@ -24,6 +24,26 @@ export interface LogBatch {
   readonly hits: Uint8Array;
 }
 
+/**
+ * What a log met that it could not use, as counters since it was opened: it skipped each and went
+ * on ({@linkcode HitLog.health}). The reasons are for an operator's warning: they never carry an
+ * entry's content.
+ */
+export interface LogHealth {
+  /** Entries read that are not a batch (a field missing, not base64, not bytes): skipped. */
+  unreadable: number;
+  /** Why the last unreadable entry was, in one sentence. */
+  unreadableReason: string;
+  /**
+   * Signs that an entry this instance did not write moved the numbers of its own or another
+   * writer's batches (a registry or number ahead of every batch, a number that went back, an
+   * append refused as a duplicate the first time it was sent).
+   */
+  tampered: number;
+  /** What the last such sign was, in one sentence. */
+  tamperedReason: string;
+}
+
 /** A log of batches in a shared store. */
 export interface HitLog {
   /**
@@ -33,8 +53,16 @@ export interface HitLog {
    * in the last `windowMs` (plus a margin the log states), whoever wrote it: that is how a process
    * that starts learns the window. No batch is returned twice, and an instance's own batches are
    * never returned to it.
+   *
+   * A log may return fewer batches than wait, bounded in bytes so that a replay of a large log is
+   * held one chunk at a time (`more` then says so, and the next exchange reads on). An entry it
+   * cannot read is skipped and counted in `health`, never thrown: one bad entry costs that entry.
    */
   exchange(mine: LogBatch | null): Promise<LogBatch[]>;
+  /** Whether the last exchange stopped at its read bound with batches still waiting. */
+  readonly more?: boolean | undefined;
+  /** What the log skipped so far (omitted: a log that meets nothing it cannot read). */
+  readonly health?: LogHealth | undefined;
   /** The largest `hits` the log takes in one batch, in bytes (Deno KV caps a value at 64 KiB). */
   readonly maxBatchBytes: number;
   /** Round trips sent so far. */

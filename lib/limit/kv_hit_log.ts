@@ -23,12 +23,21 @@
  * knows of (at most a minute later), Deno Deploy some time after, so a replay may return batches a
  * little older than that: they carry their hits' times and the replica drops what left the window.
  *
+ * Nothing in the database is trusted (another process, or another app, may have written it): a value
+ * that is not bytes is skipped and counted (`health`); a reader moves its cursor only past batches it
+ * found, one after the other from the first it found (the ones before it expired), never to a number
+ * the registry names with no batch there, nor past a gap or above the registry's number (a batch set
+ * under another writer's id at a far number): so an entry that is not a writer's cannot silence it,
+ * and each such sign is counted (`tampered`). A replay reads at most {@linkcode REPLAY_BATCHES}
+ * batches of a writer per exchange (`more`: the rest is the next's), so start-up memory is bounded
+ * by that chunk, not by the log.
+ *
  * Deno KV needs `--unstable-kv` (set in deno.json's `unstable`).
  *
  * @module
  */
 
-import type { HitLog, LogBatch } from "./hit_log.ts";
+import type { HitLog, LogBatch, LogHealth } from "./hit_log.ts";
 
 /**
  * The largest batch: Deno KV caps a value at 65,536 bytes; batches are stored as raw bytes, and 4
@@ -50,6 +59,12 @@ const GET_MANY_KEYS = 10;
 
 /** Entries a `list` page reads; registry entries are small, batches at most 64 KiB. */
 const LIST_PAGE = 100;
+
+/**
+ * Batches of one writer one exchange reads at most by a `list` (a replay, a reader far behind):
+ * about 3.8 MiB; the rest waits for the next exchange (`more`).
+ */
+export const REPLAY_BATCHES = 64;
 
 /** The longest instance id: keys are at most 2 KiB. */
 const MAX_INSTANCE_LENGTH = 256;
@@ -80,6 +95,8 @@ interface Cursor {
   next: number;
   /** When the writer was last seen in the registry, by the monotonic clock. */
   seenAt: number;
+  /** When it last moved (or was made), by the monotonic clock. */
+  movedAt: number;
 }
 
 interface ReadBatch {
@@ -91,7 +108,8 @@ interface ReadBatch {
 interface WriterRead {
   instance: string;
   batches: ReadBatch[];
-  next: number;
+  /** Whether the read stopped at its bound with batches left. */
+  more?: boolean;
 }
 
 /**
@@ -122,6 +140,13 @@ export class KvHitLog implements HitLog {
   readonly #cursors = new Map<string, Cursor>();
   #inFlight = false;
   #roundTrips = 0;
+  #more = false;
+  readonly #health: LogHealth = {
+    unreadable: 0,
+    unreadableReason: "",
+    tampered: 0,
+    tamperedReason: "",
+  };
 
   /** Creates the log of `options.instance` over an open database, for a window of `windowMs`. */
   constructor(kv: Deno.Kv, windowMs: number, options: KvHitLogOptions) {
@@ -140,6 +165,16 @@ export class KvHitLog implements HitLog {
   /** {@inheritDoc HitLog.roundTrips} */
   get roundTrips(): number {
     return this.#roundTrips;
+  }
+
+  /** {@inheritDoc HitLog.more} */
+  get more(): boolean {
+    return this.#more;
+  }
+
+  /** {@inheritDoc HitLog.health} */
+  get health(): LogHealth {
+    return this.#health;
   }
 
   /**
@@ -161,20 +196,31 @@ export class KvHitLog implements HitLog {
         mine === null ? undefined : this.#append(mine),
         this.#registry(),
       ]);
-      const reads = await Promise.all(this.#plan(registry).map((step) => step()));
+      const reads = joined(await Promise.all(this.#plan(registry).map((step) => step())));
       this.#advance(registry, reads);
+      this.#more = reads.some((read) => read.more === true);
       return mergeByCommit(reads);
     } finally {
       this.#inFlight = false;
     }
   }
 
-  /** Moves the cursors past what was read, and forgets writers long gone from the registry. */
+  /**
+   * Moves the cursors past what was read (each only past batches found one after the other: see
+   * {@linkcode accepted}), and forgets writers long gone from the registry.
+   */
   #advance(registry: ReadonlyMap<string, number>, reads: readonly WriterRead[]): void {
     const now = this.#now();
     for (const read of reads) {
-      const next = Math.max(read.next, this.#cursors.get(read.instance)?.next ?? 0);
-      this.#cursors.set(read.instance, { next, seenAt: now });
+      const cursor = this.#cursors.get(read.instance);
+      read.batches = this.#accepted(read, registry.get(read.instance), cursor, now);
+      const last = read.batches.at(-1)?.batch.seq;
+      this.#cursors.set(
+        read.instance,
+        last === undefined
+          ? { next: cursor?.next ?? 0, seenAt: now, movedAt: cursor?.movedAt ?? now }
+          : { next: last + 1, seenAt: now, movedAt: now },
+      );
     }
     for (const [instance, cursor] of this.#cursors) {
       if (registry.has(instance)) cursor.seenAt = now;
@@ -229,8 +275,12 @@ export class KvHitLog implements HitLog {
       entries++;
       const instance = entry.key[entry.key.length - 1];
       if (typeof instance !== "string" || instance === this.#instance) continue;
-      if (typeof entry.value === "number" && Number.isSafeInteger(entry.value)) {
+      if (
+        typeof entry.value === "number" && Number.isSafeInteger(entry.value) && entry.value >= 0
+      ) {
         writers.set(instance, entry.value);
+      } else {
+        this.#unreadable("a registry entry that is not a batch number");
       }
     }
     this.#roundTrips += pagesOf(entries, LIST_PAGE * 10);
@@ -257,27 +307,92 @@ export class KvHitLog implements HitLog {
     return steps;
   }
 
-  /** Every batch of `instance` from number `from`; its cursor goes past them and past `newest`. */
+  /**
+   * The batches of `instance` from number `from` to `newest` (the registry's), at most
+   * {@linkcode REPLAY_BATCHES} of them (`more` when it stopped there).
+   */
   async #listFrom(instance: string, from: number, newest: number): Promise<WriterRead> {
     const batches: ReadBatch[] = [];
     let entries = 0;
+    let more = false;
+    const key = [...this.#prefix, "b", instance];
     for await (
-      const entry of this.#kv.list<Uint8Array>(
-        { prefix: [...this.#prefix, "b", instance], start: [...this.#prefix, "b", instance, from] },
-        { batchSize: LIST_PAGE },
+      const entry of this.#kv.list<unknown>(
+        { start: [...key, from], end: [...key, newest + 1] },
+        { batchSize: Math.min(LIST_PAGE, REPLAY_BATCHES) },
       )
     ) {
-      entries++;
+      if (entries++ === REPLAY_BATCHES) {
+        more = true;
+        break;
+      }
       const seq = entry.key[entry.key.length - 1];
-      if (typeof seq !== "number" || !(entry.value instanceof Uint8Array)) continue;
+      if (typeof seq !== "number" || !(entry.value instanceof Uint8Array)) {
+        this.#unreadable("a batch entry whose value is not bytes");
+        continue;
+      }
       batches.push({
         batch: { instance, seq, hits: entry.value },
         versionstamp: entry.versionstamp,
       });
     }
-    this.#roundTrips += pagesOf(entries, LIST_PAGE);
-    const last = batches.at(-1)?.batch.seq ?? -1;
-    return { instance, batches, next: Math.max(last, newest) + 1 };
+    this.#roundTrips += pagesOf(entries, Math.min(LIST_PAGE, REPLAY_BATCHES));
+    return { instance, batches, more };
+  }
+
+  /**
+   * The batches of one writer a reader takes, in order: from the first found, one after the
+   * other. A writer numbers its batches 0, 1, 2... and sends the next only once the last is
+   * committed, so the only gap is before the first found (those expired); a gap after it, or a
+   * registry naming a number no batch has, is an entry that writer did not write, counted as such.
+   * A gap before the first found is taken only once the batch the cursor waits for could have
+   * expired (its cursor has not moved for the entries' lifetime): before, it is a batch set under
+   * that writer's id at a far number, and nothing is taken.
+   */
+  #accepted(
+    read: WriterRead,
+    newest: number | undefined,
+    cursor: Cursor | undefined,
+    now: number,
+  ): ReadBatch[] {
+    const instance = read.instance;
+    const ordered = read.batches.toSorted((x, y) => x.batch.seq - y.batch.seq);
+    const first = ordered[0]?.batch.seq;
+    if (
+      cursor !== undefined && first !== undefined && first > cursor.next &&
+      now - cursor.movedAt < this.#expireIn
+    ) {
+      this.#tampered(
+        `writer ${instance}'s batches skip from ${cursor.next} to ${first}, before any could expire: not read`,
+      );
+      return [];
+    }
+    let end = 0;
+    while (
+      end < ordered.length &&
+      (end === 0 || ordered[end]!.batch.seq === ordered[end - 1]!.batch.seq + 1)
+    ) end++;
+    if (end < ordered.length) {
+      this.#tampered(
+        `writer ${instance}'s batches skip numbers: the ones past the gap are not read`,
+      );
+    } else if (
+      read.more !== true && newest !== undefined && ordered.length > 0 &&
+      ordered.at(-1)!.batch.seq < newest
+    ) {
+      this.#tampered(`writer ${instance}'s registry names batch ${newest}, which is not there`);
+    }
+    return ordered.slice(0, end);
+  }
+
+  #unreadable(reason: string): void {
+    this.#health.unreadable++;
+    this.#health.unreadableReason = reason;
+  }
+
+  #tampered(reason: string): void {
+    this.#health.tampered++;
+    this.#health.tamperedReason = reason;
   }
 
   /**
@@ -287,7 +402,7 @@ export class KvHitLog implements HitLog {
   #getManyStep(group: { instance: string; seq: number }[]): (() => Promise<WriterRead>)[] {
     const shared = (async () => {
       this.#roundTrips++;
-      return await this.#kv.getMany<Uint8Array[]>(
+      return await this.#kv.getMany<unknown[]>(
         group.map(({ instance, seq }) => [...this.#prefix, "b", instance, seq]),
       );
     })();
@@ -304,15 +419,17 @@ export class KvHitLog implements HitLog {
       for (const i of indexes) {
         const entry = entries[i]!;
         // A missing number at or below the registry's newest expired: there is nothing to wait for.
-        if (entry.value instanceof Uint8Array && entry.versionstamp !== null) {
-          const seq = group[i]!.seq;
-          batches.push({
-            batch: { instance, seq, hits: entry.value },
-            versionstamp: entry.versionstamp,
-          });
+        if (entry.versionstamp === null) continue;
+        if (!(entry.value instanceof Uint8Array)) {
+          this.#unreadable("a batch entry whose value is not bytes");
+          continue;
         }
+        batches.push({
+          batch: { instance, seq: group[i]!.seq, hits: entry.value },
+          versionstamp: entry.versionstamp,
+        });
       }
-      return { instance, batches, next: group[indexes.at(-1)!]!.seq + 1 };
+      return { instance, batches };
     });
   }
 }
@@ -346,20 +463,26 @@ function chunkKeys(
   return groups;
 }
 
+/** Joins the reads of one writer split over several calls into one read per writer. */
+function joined(reads: readonly WriterRead[]): WriterRead[] {
+  const perWriter = new Map<string, WriterRead>();
+  for (const read of reads) {
+    const known = perWriter.get(read.instance);
+    if (known === undefined) perWriter.set(read.instance, { ...read, batches: [...read.batches] });
+    else {
+      known.batches.push(...read.batches);
+      if (read.more === true) known.more = true;
+    }
+  }
+  return [...perWriter.values()];
+}
+
 /**
- * Joins the reads of one writer split over several calls, then merges every writer's batches by
- * commit order (versionstamp), keeping each writer's own order.
+ * Merges every writer's batches (one read per writer, in its own order) by commit order
+ * (versionstamp), keeping each writer's own order.
  */
 function mergeByCommit(reads: readonly WriterRead[]): LogBatch[] {
-  const perWriter = new Map<string, ReadBatch[]>();
-  for (const read of reads) {
-    const batches = perWriter.get(read.instance);
-    if (batches === undefined) perWriter.set(read.instance, [...read.batches]);
-    else batches.push(...read.batches);
-  }
-  const queues = [...perWriter.values()].map((batches) =>
-    batches.sort((x, y) => x.batch.seq - y.batch.seq)
-  );
+  const queues = reads.map((read) => read.batches);
   const merged: LogBatch[] = [];
   const heads = queues.map(() => 0);
   for (;;) {

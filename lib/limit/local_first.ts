@@ -28,6 +28,13 @@
  * again; past it, hits are decided and counted here but not sent (counted in `droppedHits`), and the
  * store reports it once per episode (`overflowing`, then `caught-up`).
  *
+ * What the log brings back is written by other processes, so it is not trusted (lib/limit/README.md,
+ * "Who can write the log"): a hit stamped more than `futureToleranceMs` in this instance's future
+ * is recorded at this instance's now and counted (`futureHits`), so no entry holds a caller's window
+ * past one window (and the tolerance) from now; an entry or batch that cannot be read costs that
+ * entry (`unreadBatches`), and the sync goes on; the peers' stamps tell whose clock is wrong
+ * (`peer_clocks.ts`). Each of these is reported once per episode.
+ *
  * @module
  */
 
@@ -35,6 +42,7 @@ import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
 import { decodeHits, HitWriter } from "./hit_codec.ts";
 import type { HitLog, LogBatch } from "./hit_log.ts";
 import { MemoryStore, type MemoryStoreMemory } from "./memory.ts";
+import { type ClockVerdict, PeerClocks } from "./peer_clocks.ts";
 
 /** The reports of a sync outage or overflow; limiting goes on by the local store meanwhile. */
 export type SyncIncident =
@@ -65,6 +73,32 @@ export type SyncIncident =
     kind: "caught-up";
     /** Hits not sent during the episode. */
     droppedHits: number;
+  }
+  | {
+    /**
+     * The log held what cannot be used: an entry or batch that cannot be read (skipped), hits
+     * stamped in this instance's future (recorded at its now), or an entry that moved another
+     * writer's numbers. Reported once per episode and cause; the sync goes on.
+     */
+    kind: "untrusted";
+    /** `unreadable`, `future` or `tampered`. */
+    cause: "unreadable" | "future" | "tampered";
+    /** What was met, in one sentence. */
+    detail: string;
+  }
+  | {
+    /** A window passed with nothing of that cause: the episode is over. */
+    kind: "trusted";
+    /** The cause whose episode ended. */
+    cause: "unreadable" | "future" | "tampered";
+    /** How many entries (or hits, for `future`) the episode counted. */
+    count: number;
+  }
+  | {
+    /** The peers' stamps disagree with this instance's clock; the verdict says whose is wrong. */
+    kind: "clock";
+    /** The verdict (`peer_clocks.ts`); `agree` ends the episode. */
+    verdict: ClockVerdict;
   };
 
 /** Options of {@linkcode LocalFirstStore}. */
@@ -75,8 +109,14 @@ export interface LocalFirstOptions {
   syncTimeoutMs: number;
   /** The most callers tracked at once (the memory store's cap). */
   maxCallers?: number;
-  /** Clock of the decisions' bookkeeping and the sync loop (default `Date.now`). */
+  /** Clock of the decisions' bookkeeping and of the hits' stamps (default `Date.now`). */
   clock?: () => number;
+  /**
+   * The clock the sync loop and the flush at close are timed by (default `performance.now`): never
+   * the one hits are stamped by, which a store's step moves (a step back of a day would have held
+   * the next sync for a day).
+   */
+  monotonic?: () => number;
   /** Run the sync loop and the memory store's sweep on timers (default true; tests call `sync`). */
   autoSync?: boolean;
   /** Receives the start and the end of every sync outage and backlog overflow. */
@@ -88,8 +128,11 @@ export interface LocalFirstOptions {
    * that crosses it.
    */
   maxBacklogBytes?: number;
-  /** Sees the newest time of every batch received (Deno KV: another instance's clock ahead). */
-  onStamp?: (newest: number) => void;
+  /**
+   * A hit of another instance stamped more than this far in this instance's future (ms) is recorded
+   * at this instance's now (default {@linkcode FUTURE_TOLERANCE_MS}).
+   */
+  futureToleranceMs?: number;
   /** Called when the memory store first reaches its cap, and again only after it went below. */
   onCapacity?: (tracked: number) => void;
 }
@@ -116,9 +159,23 @@ export interface LocalFirstStats {
   droppedHits: number;
   /** Bytes of hits waiting to be sent now. */
   backlogBytes: number;
-  /** Batches received that could not be read (another format), dropped whole. */
+  /**
+   * Entries or batches received that could not be read (another format, cut short, not base64),
+   * skipped: the log's and this store's together.
+   */
   unreadBatches: number;
+  /** Hits of other instances stamped beyond the tolerance in this instance's future: clamped. */
+  futureHits: number;
+  /** Signs that an entry moved a writer's numbers (`LogHealth.tampered`). */
+  tamperedEntries: number;
 }
+
+/**
+ * How far in this instance's future a peer's hit may be stamped by default (ms): a second, the
+ * clocks' warning threshold (`store_clock.ts`, `WARN_OFFSET_MS`); instances on Redis stamp by the
+ * store's clock, each within half its sample's round trip of it.
+ */
+export const FUTURE_TOLERANCE_MS = 1000;
 
 /**
  * The most bytes of unsent hits by default: 8 MiB, about 1.4 million IPv4 hits or 840,000 IPv6 /64
@@ -214,6 +271,7 @@ export class LocalFirstStore implements RateLimitStore {
   readonly #policy: RateLimitPolicy;
   readonly #options: LocalFirstOptions;
   readonly #clock: () => number;
+  readonly #monotonic: () => number;
   readonly #instance: string;
   readonly #memory: MemoryStore;
   readonly #maxBacklog: number;
@@ -231,6 +289,19 @@ export class LocalFirstStore implements RateLimitStore {
   #closing: Promise<void> | undefined;
   #down: { since: number; failed: number } | undefined;
   #overflow: { dropped: number } | undefined;
+  readonly #futureToleranceMs: number;
+  readonly #peerClocks: PeerClocks;
+  /** The last clock verdict reported, as a key (`agree` when none). */
+  #clockVerdict = "agree";
+  /**
+   * Until the first sync that read everything: the replay's batches are old by design, and a
+   * stopped predecessor's would look like a clock behind.
+   */
+  #replaying = true;
+  /** The open episodes of entries not trusted, by cause: how many, and when the last was met. */
+  readonly #untrusted = new Map<Untrusted, { count: number; lastAt: number }>();
+  /** The log's health counters already accounted for. */
+  #logHealth = { unreadable: 0, tampered: 0 };
   #stats = {
     decisions: 0,
     syncs: 0,
@@ -239,6 +310,8 @@ export class LocalFirstStore implements RateLimitStore {
     receivedHits: 0,
     droppedHits: 0,
     unreadBatches: 0,
+    futureHits: 0,
+    tamperedEntries: 0,
   };
 
   /** Creates the store over `log` and starts the sync loop. */
@@ -247,8 +320,16 @@ export class LocalFirstStore implements RateLimitStore {
     this.#policy = policy;
     this.#options = options;
     this.#clock = options.clock ?? Date.now;
+    this.#monotonic = options.monotonic ?? (() => performance.now());
     this.#instance = options.instance ?? crypto.randomUUID().slice(0, 8);
     this.#maxBacklog = options.maxBacklogBytes ?? MAX_BACKLOG_BYTES;
+    this.#futureToleranceMs = options.futureToleranceMs ?? FUTURE_TOLERANCE_MS;
+    // A working sync delivers a hit within D (a few syncs); a peer whose newest stamps lag by a
+    // window (its hits count for nothing here) and more than a sync's timeout is behind, not slow.
+    this.#peerClocks = new PeerClocks({
+      toleranceMs: this.#futureToleranceMs,
+      lagMs: Math.max(policy.windowMs, options.syncTimeoutMs + 2 * options.syncMs),
+    });
     this.#writer = new HitWriter(log.maxBatchBytes);
     const auto = options.autoSync ?? true;
     this.#memory = new MemoryStore(policy, {
@@ -326,10 +407,10 @@ export class LocalFirstStore implements RateLimitStore {
   async #close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);
-    const deadline = this.#clock() + this.#options.syncTimeoutMs;
+    const deadline = this.#monotonic() + this.#options.syncTimeoutMs;
     for (let round = 0; round < 1000; round++) {
       await this.sync().catch(() => {});
-      if (this.backlog === 0 || !this.synced || this.#clock() > deadline) break;
+      if (this.backlog === 0 || !this.synced || this.#monotonic() > deadline) break;
     }
     this.#memory.close();
     await this.#log.close();
@@ -373,26 +454,32 @@ export class LocalFirstStore implements RateLimitStore {
   #schedule(delayMs: number): void {
     if (this.#closed) return;
     this.#timer = setTimeout(() => {
-      const started = this.#clock();
-      this.sync().finally(() => {
+      const started = this.#monotonic();
+      // A sync reports its own failures; whatever else escapes it must not end the process.
+      this.sync().catch((error) => this.#failed(this.#clock(), error)).finally(() => {
         // At most one exchange in flight, and syncs start at least `syncMs` apart.
-        this.#schedule(Math.max(0, this.#options.syncMs - (this.#clock() - started)));
+        const spent = this.#monotonic() - started;
+        this.#schedule(Math.max(0, Math.min(this.#options.syncMs, this.#options.syncMs - spent)));
       });
     }, delayMs);
     // The loop must never keep a process (or a test) alive.
     Deno.unrefTimer(this.#timer);
   }
 
-  /** One sync: up to {@linkcode MAX_EXCHANGES_PER_SYNC} exchanges while sealed batches wait. */
+  /**
+   * One sync: up to {@linkcode MAX_EXCHANGES_PER_SYNC} exchanges while sealed batches wait or the
+   * log has more to read (a replay read one chunk at a time).
+   */
   async #syncOnce(): Promise<void> {
     // Every hit admitted until now goes with this sync; those admitted meanwhile, with the next.
     if (this.#writer.count > 0) this.#seal();
     for (let i = 0; i < MAX_EXCHANGES_PER_SYNC; i++) {
       const head = this.#sealed[0];
       const now = this.#clock();
-      let reply: LogBatch[];
       try {
-        reply = await this.#exchange(head?.batch ?? null);
+        const reply = await this.#exchange(head?.batch ?? null);
+        if (!Array.isArray(reply)) throw new TypeError("the hit log answered something not a list");
+        this.#receive(reply);
       } catch (error) {
         this.#failed(now, error);
         return;
@@ -402,10 +489,11 @@ export class LocalFirstStore implements RateLimitStore {
         this.#sealedBytes -= head.batch.hits.length;
         this.#stats.sentHits += head.count;
       }
-      this.#receive(reply);
       this.#succeeded(now, i === 0);
-      if (this.#sealed.length === 0) break;
+      if (this.#log.more !== true) this.#replaying = false;
+      if (this.#sealed.length === 0 && this.#log.more !== true) break;
     }
+    this.#checkTrust();
     if (
       this.#overflow !== undefined &&
       this.#sealedBytes + this.#writer.length < this.#maxBacklog / 2
@@ -434,7 +522,7 @@ export class LocalFirstStore implements RateLimitStore {
       settled = true;
       if (!late) return;
       this.#unsettled = false;
-      this.#receive(reply);
+      if (Array.isArray(reply)) this.#receive(reply);
     }, () => {
       settled = true;
       if (late) this.#unsettled = false;
@@ -450,25 +538,126 @@ export class LocalFirstStore implements RateLimitStore {
     }
   }
 
-  /** Records the others' hits still in the window at their own times. */
-  #receive(batches: LogBatch[]): void {
-    const cutoff = this.#clock() - this.#policy.windowMs;
+  /**
+   * Whether the last sync read everything that waited (false while a replay still has chunks to
+   * read: a caller's count then lacks the hits not read yet).
+   */
+  get caughtUp(): boolean {
+    return this.#log.more !== true;
+  }
+
+  /**
+   * Records the others' hits still in the window at their own times, those stamped beyond the
+   * tolerance in this instance's future at its now. A batch that cannot be read is counted and
+   * skipped (the hits before the fault are kept: each was a well-formed hit); nothing here throws.
+   */
+  #receive(batches: readonly LogBatch[]): void {
+    const now = this.#clock();
+    const cutoff = now - this.#policy.windowMs;
+    const horizon = now + this.#futureToleranceMs;
     const memory = this.#memory;
+    let future = 0;
+    let unread = 0;
     for (const batch of batches) {
-      if (batch.instance === this.#instance) continue;
+      if (batch?.instance === this.#instance) continue;
       let newest = -Infinity;
       try {
+        if (!(batch.hits instanceof Uint8Array) || batch.hits.length > this.#log.maxBatchBytes) {
+          throw new RangeError("a batch larger than the log takes, or not bytes");
+        }
         decodeHits(batch.hits, (key, t) => {
           if (t > newest) newest = t;
           if (t <= cutoff) return;
+          if (t > horizon) {
+            future++;
+            t = now;
+          }
           memory.record(key, t);
           this.#stats.receivedHits++;
         });
       } catch {
-        this.#stats.unreadBatches++;
+        unread++;
       }
-      if (newest > -Infinity) this.#options.onStamp?.(newest);
+      if (newest > -Infinity && !this.#replaying) {
+        this.#peerClocks.observe(String(batch.instance), newest, now);
+      }
     }
+    this.#counted(future, unread);
+  }
+
+  /** Counts what `#receive` clamped and skipped, with the log's own, and judges the clocks. */
+  #counted(future: number, unread: number): void {
+    this.#stats.futureHits += future;
+    this.#stats.unreadBatches += unread;
+    if (future > 0) {
+      this.#untrust(
+        "future",
+        future,
+        `hits stamped more than ${this.#futureToleranceMs} ms in this instance's future: recorded at its now`,
+      );
+    }
+    if (unread > 0) {
+      this.#untrust(
+        "unreadable",
+        unread,
+        "a batch that cannot be read (another format, cut short, a key or a time out of bounds)",
+      );
+    }
+    this.#readLogHealth();
+    this.#judgeClocks();
+  }
+
+  /** Takes what the log itself skipped since the last exchange into the counts and episodes. */
+  #readLogHealth(): void {
+    const health = this.#log.health;
+    if (health === undefined) return;
+    const unreadable = health.unreadable - this.#logHealth.unreadable;
+    const tampered = health.tampered - this.#logHealth.tampered;
+    this.#logHealth = { unreadable: health.unreadable, tampered: health.tampered };
+    if (unreadable > 0) {
+      this.#stats.unreadBatches += unreadable;
+      this.#untrust("unreadable", unreadable, health.unreadableReason);
+    }
+    if (tampered > 0) {
+      this.#stats.tamperedEntries += tampered;
+      this.#untrust("tampered", tampered, health.tamperedReason);
+    }
+  }
+
+  /** Counts `count` of `cause` in its episode, reporting the episode's start. */
+  #untrust(cause: Untrusted, count: number, detail: string): void {
+    const at = this.#clock();
+    const episode = this.#untrusted.get(cause);
+    if (episode !== undefined) {
+      episode.count += count;
+      episode.lastAt = at;
+      return;
+    }
+    this.#untrusted.set(cause, { count, lastAt: at });
+    this.#options.onIncident?.({ kind: "untrusted", cause, detail });
+  }
+
+  /** Ends the episodes with nothing new for a window. */
+  #checkTrust(): void {
+    const now = this.#clock();
+    for (const [cause, episode] of this.#untrusted) {
+      if (now - episode.lastAt <= this.#policy.windowMs) continue;
+      this.#untrusted.delete(cause);
+      this.#options.onIncident?.({ kind: "trusted", cause, count: episode.count });
+    }
+  }
+
+  /** Reports the peers' clock verdict when it changes (`peer_clocks.ts`). */
+  #judgeClocks(): void {
+    const verdict = this.#peerClocks.verdict();
+    const key = verdict.kind === "self"
+      ? "self"
+      : verdict.kind === "agree"
+      ? "agree"
+      : `${verdict.kind}:${verdict.peers.map((peer) => peer.instance).sort().join(",")}`;
+    if (key === this.#clockVerdict) return;
+    this.#clockVerdict = key;
+    this.#options.onIncident?.({ kind: "clock", verdict });
   }
 
   #failed(now: number, error: unknown): void {
@@ -496,6 +685,9 @@ export class LocalFirstStore implements RateLimitStore {
     });
   }
 }
+
+/** The causes of an entry not trusted. */
+type Untrusted = "unreadable" | "future" | "tampered";
 
 /** Raised when an exchange outlives its bound. */
 export class SyncTimeoutError extends Error {

@@ -176,9 +176,11 @@ async function openLocalFirst(
       ownsKv: true,
     });
     // Deno KV has no clock: hits are stamped by one that a step of the wall clock does not move
-    // (it follows the wall clock at a bounded rate), and the others' stamps in its future are what
-    // can be seen.
-    clock = new StoreClock({ wall: kvClock(policy.windowMs), ...onOffset });
+    // (it follows the wall clock at a bounded rate). Whose clock is wrong is told by the majority
+    // of the peers' stamps (`peer_clocks.ts`, the `clock` sync incident, which is the warning), not
+    // by this clock, which only keeps the verdict's offset for the metric: one peer ahead must not
+    // make a healthy instance blame itself.
+    clock = new StoreClock({ wall: kvClock(policy.windowMs) });
   } else {
     const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
       import("./redis_hit_log.ts"),
@@ -202,12 +204,30 @@ async function openLocalFirst(
     maxCallers: config.rateLimitMaxCallers,
     clock: () => clock.now(),
     instance,
-    ...(config.rateLimitStore === "kv" ? { onStamp: (t: number) => clock.observeStamp(t) } : {}),
-    ...(options.onSyncIncident ? { onIncident: options.onSyncIncident } : {}),
+    onIncident: (incident: SyncIncident) => {
+      // Deno KV: this instance's offset is what the majority of its peers' clocks says it is.
+      if (incident.kind === "clock" && config.rateLimitStore === "kv") {
+        clock.observeOffset(incident.verdict.kind === "self" ? -incident.verdict.offsetMs : 0);
+      }
+      options.onSyncIncident?.(incident);
+    },
     ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
-  await store.sync();
+  await replay(store, Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS) * 2);
   return stampedBy(store, clock);
+}
+
+/**
+ * The first syncs, before the service listens: they read the last window a chunk at a time
+ * (`more`), until the log is read, a sync fails, or `waitMs` has passed; what is left is read by the
+ * sync loop, at most `MAX_EXCHANGES_PER_SYNC` chunks a period (meanwhile callers' counts lack it).
+ */
+async function replay(
+  store: { sync(): Promise<void>; readonly synced: boolean; readonly caughtUp: boolean },
+  waitMs: number,
+): Promise<void> {
+  const deadline = performance.now() + waitMs;
+  do await store.sync(); while (store.synced && !store.caughtUp && performance.now() < deadline);
 }
 
 /** The caller whose key names the primary whose clock `local-first` reads (Redis). */

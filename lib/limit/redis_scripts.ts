@@ -69,14 +69,19 @@ return now
  * The `local-first` hit log's exchange (`redis_hit_log.ts`). KEYS[1] = the stream, KEYS[2] = the
  * hash of each instance's last batch number (one hash tag: one slot on a cluster). ARGV = how long
  * the stream keeps a batch (ms), the id read last (empty: read the last window), the instance, the
- * batch's number and hits (base64; empty: nothing to append), the most entries read.
+ * batch's number and hits (base64; empty: nothing to append), the most entries read, the most bytes
+ * of hits read (the read stops after the entry that crosses it).
  *
- * Appends the batch unless that instance already appended one with this number (an exchange that
- * timed out and landed), trimming what is older than the window (`MINID ~`, by the server's clock),
- * then reads the entries after the id read last: returns {the last id read, the number of entries
- * read, then instance, number, hits of every entry of another instance}. When nothing follows the
- * id read last and the stream ends before it (a failover) or is gone, the id returned is the
- * stream's end (or empty: read from the window's start), so that new entries are not skipped.
+ * Appends the batch unless that instance's last number is this one (the same batch sent again after
+ * an exchange that timed out and landed), trimming what is older than the window (`MINID ~`, by the
+ * server's clock), then reads the entries after the id read last, a few at a time until either
+ * bound: returns {the last id read, 1 if a bound stopped the read (more may wait) else 0, the append's
+ * outcome (1 appended, 0 kept once, -1 nothing to append), how far the stream's newest id is ahead of
+ * the server's clock (ms, 0 if not), then instance, number, hits of every entry of another
+ * instance}. A field an entry lacks is returned empty (the reader skips the entry), so that no entry
+ * can change the reply's shape. When nothing follows the id read last and the stream ends before it
+ * (a failover) or is gone, the id returned is the stream's end (or empty: read from the window's
+ * start), so that new entries are not skipped.
  */
 const EXCHANGE_SCRIPT = `
 local t = redis.call('TIME')
@@ -84,27 +89,54 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(ARGV[1])
 local minid = tostring(now - keep)
 local instance = ARGV[3]
+local appended = -1
 if ARGV[4] ~= '' then
-  local seq = tonumber(ARGV[4])
-  local last = tonumber(redis.call('HGET', KEYS[2], instance) or '-1')
-  if seq > last then
+  appended = 0
+  if redis.call('HGET', KEYS[2], instance) ~= ARGV[4] then
     redis.call('XADD', KEYS[1], 'MINID', '~', minid, '*', 'i', instance, 's', ARGV[4], 'h', ARGV[5])
     redis.call('HSET', KEYS[2], instance, ARGV[4])
     redis.call('PEXPIRE', KEYS[2], keep)
     redis.call('PEXPIRE', KEYS[1], keep)
+    appended = 1
   end
 end
 local from = minid
 if ARGV[2] ~= '' then from = '(' .. ARGV[2] end
-local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', tonumber(ARGV[6]))
-local out = {ARGV[2], #entries}
-if #entries > 0 then
-  out[1] = entries[#entries][1]
-elseif ARGV[2] ~= '' then
+local most = tonumber(ARGV[6])
+local budget = tonumber(ARGV[7])
+local out = {ARGV[2], 0, appended, 0}
+local read, bytes = 0, 0
+while read < most and bytes < budget do
+  local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', math.min(8, most - read))
+  for _, entry in ipairs(entries) do
+    local f = entry[2]
+    local fields = {}
+    for k = 1, #f - 1, 2 do fields[f[k]] = f[k + 1] end
+    local i = fields['i'] or ''
+    if i ~= instance then
+      local h = fields['h'] or ''
+      out[#out + 1] = i
+      out[#out + 1] = fields['s'] or ''
+      out[#out + 1] = h
+      bytes = bytes + #h
+    end
+    read = read + 1
+    out[1] = entry[1]
+    from = '(' .. entry[1]
+    if bytes >= budget then break end
+  end
+  if #entries == 0 then break end
+end
+if read >= most or bytes >= budget then out[2] = 1 end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last > 0 then
+  local lm = tonumber(string.match(last[1][1], '(%d+)-'))
+  if lm > now then out[4] = lm - now end
+end
+if read == 0 and ARGV[2] ~= '' then
   -- Nothing after the cursor: a stream that ends before it (a failover to a replica that lacked the
   -- last entries, whose new ids may fall below the cursor) or that is gone (a Redis restarted
   -- empty) moves the cursor back: every entry up to its end was read already.
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   if #last == 0 then
     out[1] = ''
   else
@@ -112,16 +144,6 @@ elseif ARGV[2] ~= '' then
     local cm, cs = string.match(ARGV[2], '(%d+)-(%d+)')
     lm, ls, cm, cs = tonumber(lm), tonumber(ls), tonumber(cm), tonumber(cs)
     if lm < cm or (lm == cm and ls < cs) then out[1] = last[1][1] end
-  end
-end
-for _, entry in ipairs(entries) do
-  local f = entry[2]
-  local fields = {}
-  for k = 1, #f, 2 do fields[f[k]] = f[k + 1] end
-  if fields['i'] ~= instance then
-    out[#out + 1] = fields['i']
-    out[#out + 1] = fields['s']
-    out[#out + 1] = fields['h']
   end
 end
 return out

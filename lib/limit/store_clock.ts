@@ -23,9 +23,13 @@
  * The offset reported (`offsetMs`: the store's clock minus this instance's wall clock) feeds the
  * `ratelimit.clock.offset` metric and one warning line per episode above {@linkcode WARN_OFFSET_MS}.
  *
- * A store with no clock of its own (Deno KV) cannot be corrected: {@linkcode StoreClock.observeStamp}
- * takes the stamps other instances wrote (`local-first`'s `onStamp`) and reports the lead of one written in this instance's
- * future (another clock ahead of this one) as the offset.
+ * A store with no clock of its own (Deno KV) cannot be corrected. In `exact`,
+ * {@linkcode StoreClock.observeStamp} takes the stamps other instances wrote and reports the lead of
+ * one written in this instance's future (another clock ahead of this one) as the offset. In
+ * `local-first`, where every peer's stamps come back, the majority of the peers' clocks decides whose
+ * is wrong (`peer_clocks.ts`): {@linkcode StoreClock.observeOffset} takes this instance's offset from
+ * that verdict (0 while it is in the majority), so that one peer ahead never makes a healthy
+ * instance report itself behind.
  *
  * @module
  */
@@ -88,6 +92,8 @@ export class StoreClock {
   readonly #samples: Sample[] = [];
   #base: number | undefined;
   #lead: { ms: number; at: number } | undefined;
+  /** The offset the peers' majority tells (Deno KV local-first), once it has told one. */
+  #majority: number | undefined;
   #warned = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
@@ -116,6 +122,7 @@ export class StoreClock {
    */
   offsetMs(): number | undefined {
     if (this.#base !== undefined) return this.now() - this.#wall();
+    if (this.#majority !== undefined) return this.#majority;
     if (this.#lead === undefined) return undefined;
     return this.#monotonic() - this.#lead.at > STAMP_MEMORY_MS ? 0 : this.#lead.ms;
   }
@@ -159,6 +166,16 @@ export class StoreClock {
     if (this.#lead === undefined || lead >= this.#lead.ms || this.offsetMs() === 0) {
       this.#lead = { ms: lead, at: this.#monotonic() };
     }
+    this.#check();
+  }
+
+  /**
+   * Takes this instance's offset as the majority of its peers' clocks tells it (the peers' clock
+   * minus this one's: positive when this one is behind; 0 while it agrees with the majority).
+   * Reported as {@linkcode observeStamp}'s lead is, once per episode.
+   */
+  observeOffset(offsetMs: number): void {
+    this.#majority = offsetMs;
     this.#check();
   }
 

@@ -60,7 +60,15 @@ export interface ObservableStore {
    * Memory and `local-first` stores: callers tracked now, forgotten at the cap, and (`local-first`)
    * the bytes of hits waiting to be sent and the hits never sent (the backlog was full).
    */
-  stats?: () => { tracked: number; evicted?: number; backlogBytes?: number; droppedHits?: number };
+  stats?: () => {
+    tracked: number;
+    evicted?: number;
+    backlogBytes?: number;
+    droppedHits?: number;
+    unreadBatches?: number;
+    futureHits?: number;
+    tamperedEntries?: number;
+  };
   /** The failure policy's guard: the breaker's state. */
   breakerState?: BreakerState;
   /** The failure policy's guard: whether a decision is the policy's answer. */
@@ -268,6 +276,22 @@ function observeStore(store: ObservableStore, meter: Meter, kind: RateLimitStore
       description: "Admitted hits never sent to the hit log: the backlog was full (local-first)",
       unit: "{hit}",
     }).addCallback((result) => result.observe(stats().droppedHits ?? 0, attributes));
+    meter.createObservableCounter("ratelimit.sync.untrusted", {
+      description:
+        "Entries of the hit log not trusted (local-first): unreadable (skipped), future (hits clamped to now), tampered (moved another writer's numbers)",
+      unit: "{entry}",
+    }).addCallback((result) => {
+      const now = stats();
+      result.observe(now.unreadBatches ?? 0, {
+        ...attributes,
+        "ratelimit.sync.cause": "unreadable",
+      });
+      result.observe(now.futureHits ?? 0, { ...attributes, "ratelimit.sync.cause": "future" });
+      result.observe(now.tamperedEntries ?? 0, {
+        ...attributes,
+        "ratelimit.sync.cause": "tampered",
+      });
+    });
   }
   const offset = store.clockOffsetMs?.bind(store);
   if (offset !== undefined) {
@@ -431,6 +455,12 @@ function syncTiming(log: HitLog, meter: Meter, options: TelemetryOptions): HitLo
     },
     get maxBatchBytes() {
       return log.maxBatchBytes;
+    },
+    get more() {
+      return log.more;
+    },
+    get health() {
+      return log.health;
     },
     close: () => log.close(),
   };

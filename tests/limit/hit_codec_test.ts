@@ -77,3 +77,18 @@ Deno.test("a batch of another format or cut short is refused whole", () => {
   assert.throws(() => decoded(Uint8Array.of(2, ...batch.subarray(1))), RangeError);
   assert.deepEqual(decoded(new Uint8Array(0)), []);
 });
+
+Deno.test("decodeHits refuses what no writer packs: a key over MAX_KEY_BYTES, a time that is not a whole ms", () => {
+  // A batch as another process could forge it: format 1, a first time, then one key of 2,000 bytes.
+  const long = new Uint8Array(9 + 1 + 2 + 2000 + 1);
+  long[0] = 1;
+  new DataView(long.buffer).setFloat64(1, T0);
+  long.set([3, 0xd0, 0x0f], 9); // kind 3, length 2000 as a varint
+  long.fill(0x61, 12, 12 + 2000);
+  assert.throws(() => decoded(long), /a key of 2000 bytes/);
+  for (const first of [Number.NaN, Number.POSITIVE_INFINITY, 2 ** 60]) {
+    const batch = Uint8Array.of(1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 192, 0, 2, 1, 0);
+    new DataView(batch.buffer).setFloat64(1, first);
+    assert.throws(() => decoded(batch), /a first time of/);
+  }
+});
