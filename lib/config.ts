@@ -280,9 +280,15 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     errors,
   );
   const kvPath = read("KV_PATH");
-  if (rateLimitStore === "kv" && rateLimit > KV_MAX_LIMIT) {
+  const consistency = consistencySettings(reader);
+  // Only `exact` keeps a caller's log in one KV value; `local-first` keeps it in memory and sends
+  // batches, split to fit a value, so the cap would refuse a setting that works.
+  if (
+    rateLimitStore === "kv" && consistency.rateLimitConsistency === "exact" &&
+    rateLimit > KV_MAX_LIMIT
+  ) {
     errors.push(
-      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv and RATE_LIMIT_CONSISTENCY=exact (one caller's log is one KV value; local-first has no such cap), got ${rateLimit}`,
     );
   }
   const redis = redisSettings(reader, rateLimitStore === "redis");
@@ -302,7 +308,7 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     ...redis,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
-    ...consistencySettings(reader),
+    ...consistency,
   };
 }
 
