@@ -385,6 +385,14 @@ function redisUrlSetting(
   }
   const urls: URL[] = [];
   for (const entry of entries) {
+    if (unescapedUserinfo(entry)) {
+      errors.push(
+        `REDIS_URL has a user name or password holding a "#", "/" or "?", which ends that part of a URL: percent-encode it (# as %23, / as %2F, ? as %3F; encodeURIComponent does), got ${
+          JSON.stringify(redacted(entry))
+        }`,
+      );
+      continue;
+    }
     const url = URL.parse(entry);
     if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
       errors.push(
@@ -608,6 +616,19 @@ export function addressProblem(name: string, raw: string): string | undefined {
 }
 
 /** What the Redis client would refuse in a redis:// URL: a path that is not a database number, bad escapes. */
+/**
+ * Whether `entry`, a `redis://` or `rediss://` URL as written, has a `/`, `?` or `#` before its
+ * last `@`: a password holding one, not percent-encoded, which the URL parser takes for the start
+ * of the path, query or fragment, so that the URL is refused or names another host.
+ */
+function unescapedUserinfo(entry: string): boolean {
+  const rest = /^rediss?:\/\/(.*)$/is.exec(entry)?.[1];
+  if (rest === undefined) return false;
+  const at = rest.lastIndexOf("@");
+  const cut = rest.search(/[/?#]/);
+  return at >= 0 && cut >= 0 && cut < at;
+}
+
 function redisUrlProblem(url: URL, type: StoreSettings["redisType"]): string | undefined {
   if (!/^\/?(\d+)?$/.test(url.pathname)) {
     return "may name a database number as its path (redis://host:6379/0) and nothing else";
