@@ -19,10 +19,10 @@ import type { Content } from "./lib/pages/content.ts";
 import { buildAnswers } from "./lib/respond/paths.ts";
 import { configure } from "./lib/server/configure.ts";
 import { errorFields, event, onStartupRejection } from "./lib/server/events.ts";
-import { serve } from "./lib/server/listen.ts";
+import { runtimeListening, serve } from "./lib/server/listen.ts";
 import { DRAIN_MS, STOP_DEADLINE_MS } from "./lib/server/serve.ts";
 import { openStore } from "./lib/server/store.ts";
-import { exitFlushBoundMs } from "./lib/telemetry/enabled.ts";
+import { exitFlushBoundMs, otelStartWarnings } from "./lib/telemetry/enabled.ts";
 import { loadTelemetry, type Telemetry } from "./lib/telemetry/load.ts";
 
 const readEnv = (name: string) => Deno.env.get(name);
@@ -47,6 +47,7 @@ async function startTelemetry(config: Config, content: Content): Promise<Telemet
       { deadlineMs: STOP_DEADLINE_MS, exitFlushBoundMs: exitFlushBoundMs(readEnv) },
     );
   }
+  if (telemetry) { for (const warning of otelStartWarnings(readEnv)) event("warn", warning); }
   return telemetry;
 }
 
@@ -104,7 +105,11 @@ const accessLog = config.accessLog
 const handler = buildHandler({ config, content, store }, accessLog);
 const fetch = telemetry ? telemetry.wrapHandler(handler) : handler;
 
-export default { fetch } satisfies Deno.ServeDefaultExport;
+export default {
+  fetch,
+  // Called by `deno serve` only, in its main worker: the JSON "listening" event.
+  onListen: runtimeListening(config, readEnv),
+} satisfies Deno.ServeDefaultExport;
 
 // `deno task start` and the compiled binary pass `--listen`. Deno Deploy runs `deno run main.ts` and
 // documents no serving of a default export, so there the platform itself is the signal. Under

@@ -65,3 +65,67 @@ export function exitFlushBoundMs(env: (name: string) => string | undefined): num
   const timeout = Number.isInteger(value) && value > 0 ? value : DEFAULT_OTLP_TIMEOUT_MS;
   return 3 * timeout;
 }
+
+/**
+ * What Deno does with `console` while it exports (`OTEL_DENO_CONSOLE`, read by the runtime at start:
+ * cli/args/flags.rs): `capture` (the default with `OTEL_DENO`) prints and exports, `replace`
+ * exports only, `ignore` (the default with only `OTEL_DENO_METRICS` or `OTEL_DENO_TRACING`) prints
+ * only. Read from `env` as the runtime reads it (exact values); an environment the process may not
+ * read (the compiled binary, which fixes the mode when compiled) counts as the default, `capture`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(otelConsoleMode(() => undefined), "ignore");
+ * assert.equal(otelConsoleMode((name) => name === "OTEL_DENO" ? "true" : undefined), "capture");
+ * assert.equal(otelConsoleMode((name) => name === "OTEL_DENO_CONSOLE" ? "replace" : "true"), "replace");
+ * ```
+ */
+export function otelConsoleMode(
+  env: (name: string) => string | undefined,
+): "capture" | "replace" | "ignore" {
+  try {
+    const mode = env("OTEL_DENO_CONSOLE");
+    if (mode === "capture" || mode === "replace" || mode === "ignore") return mode;
+    return /^(true|1)$/i.test(env("OTEL_DENO")?.trim() ?? "") ? "capture" : "ignore";
+  } catch {
+    return "capture";
+  }
+}
+
+/**
+ * The start-up warnings of an exporting process about what it will send and where its lines go:
+ * `capture` prints the info events on stdout beside the access log (Deno's console prints `info`
+ * there: ext/telemetry/telemetry.ts wraps the console, which it leaves printing), and an unset
+ * service name is reported as `unknown_service:deno`. Each is one sentence naming the fix.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const env = { OTEL_DENO: "true" } as Record<string, string>;
+ * assert.equal(otelStartWarnings((name) => env[name]).length, 2);
+ * const set = { ...env, OTEL_DENO_CONSOLE: "replace", OTEL_SERVICE_NAME: "discovery" };
+ * assert.deepEqual(otelStartWarnings((name) => (set as Record<string, string>)[name]), []);
+ * ```
+ */
+export function otelStartWarnings(env: (name: string) => string | undefined): string[] {
+  const warnings: string[] = [];
+  if (otelConsoleMode(env) === "capture") {
+    warnings.push(
+      'OTEL_DENO_CONSOLE is capture (Deno\'s default): Deno prints the info events on stdout, beside the access log, as well as exporting them; set OTEL_DENO_CONSOLE=replace to keep every event on stderr (README.md, "Where each line goes")',
+    );
+  }
+  let named = true;
+  try {
+    named = env("OTEL_SERVICE_NAME") !== undefined ||
+      /(^|,)\s*service\.name=/.test(env("OTEL_RESOURCE_ATTRIBUTES") ?? "");
+  } catch {
+    // The compiled binary may not read them: the runtime still does.
+  }
+  if (!named) {
+    warnings.push(
+      "OTEL_SERVICE_NAME is unset: Deno reports this service as unknown_service:deno; set OTEL_SERVICE_NAME=discovery (or service.name in OTEL_RESOURCE_ATTRIBUTES)",
+    );
+  }
+  return warnings;
+}
