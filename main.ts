@@ -31,7 +31,11 @@ const readEnv = (name: string) => Deno.env.get(name);
  * The service's telemetry, loaded (with npm:@opentelemetry/api) only when Deno exports
  * OpenTelemetry (OTEL_DENO=true).
  */
-async function startTelemetry(config: Config, content: Content): Promise<Telemetry | undefined> {
+async function startTelemetry(
+  config: Config,
+  content: Content,
+  onDeploy: boolean,
+): Promise<Telemetry | undefined> {
   const telemetry = await loadTelemetry(() => buildAnswers(config, content).paths.keys(), {
     storeKind: config.rateLimitStore,
     storeTimeoutMs: config.rateLimitStoreTimeoutMs,
@@ -47,7 +51,10 @@ async function startTelemetry(config: Config, content: Content): Promise<Telemet
       { deadlineMs: STOP_DEADLINE_MS, exitFlushBoundMs: exitFlushBoundMs(readEnv) },
     );
   }
-  if (telemetry) { for (const warning of otelStartWarnings(readEnv)) event("warn", warning); }
+  // Deno Deploy takes no OTEL_* variable: nothing there to set.
+  if (telemetry && !onDeploy) {
+    for (const warning of otelStartWarnings(readEnv)) event("warn", warning);
+  }
   return telemetry;
 }
 
@@ -97,7 +104,7 @@ function buildHandler(
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
 const { config, content, onDeploy } = await configure(readEnv);
-const telemetry = await startTelemetry(config, content);
+const telemetry = await startTelemetry(config, content, onDeploy);
 const store = await openStore(config, { telemetry, onDeploy });
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))

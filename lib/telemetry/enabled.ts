@@ -69,16 +69,17 @@ export function exitFlushBoundMs(env: (name: string) => string | undefined): num
 /**
  * What Deno does with `console` while it exports (`OTEL_DENO_CONSOLE`, read by the runtime at start:
  * cli/args/flags.rs): `capture` (the default with `OTEL_DENO`) prints and exports, `replace`
- * exports only, `ignore` (the default with only `OTEL_DENO_METRICS` or `OTEL_DENO_TRACING`) prints
- * only. Read from `env` as the runtime reads it (exact values); an environment the process may not
- * read (the compiled binary, which fixes the mode when compiled) counts as the default, `capture`.
+ * exports only, `ignore` prints only. Read from `env` as the runtime reads it (exact values). Unset,
+ * or not readable (the compiled binary fixes the mode when compiled; Deno Deploy's platform exports
+ * without `OTEL_*` variables), it counts as `capture`: events then go through `console` as they
+ * always did, and the platform's or the binary's own setting decides what is printed.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * assert.equal(otelConsoleMode(() => undefined), "ignore");
- * assert.equal(otelConsoleMode((name) => name === "OTEL_DENO" ? "true" : undefined), "capture");
+ * assert.equal(otelConsoleMode(() => undefined), "capture");
  * assert.equal(otelConsoleMode((name) => name === "OTEL_DENO_CONSOLE" ? "replace" : "true"), "replace");
+ * assert.equal(otelConsoleMode(() => { throw new Error("no env access"); }), "capture");
  * ```
  */
 export function otelConsoleMode(
@@ -86,8 +87,7 @@ export function otelConsoleMode(
 ): "capture" | "replace" | "ignore" {
   try {
     const mode = env("OTEL_DENO_CONSOLE");
-    if (mode === "capture" || mode === "replace" || mode === "ignore") return mode;
-    return /^(true|1)$/i.test(env("OTEL_DENO")?.trim() ?? "") ? "capture" : "ignore";
+    return mode === "replace" || mode === "ignore" ? mode : "capture";
   } catch {
     return "capture";
   }
