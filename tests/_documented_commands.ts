@@ -32,10 +32,13 @@ const INLINE_COMMAND = new RegExp(
     .raw`^${ASSIGNMENTS}${DENO}\s+(?:task\s+(?:-q\s+)?\w[\w:-]*(?:\s.*)?|(?:run|serve|test)\s.*\.ts\b.*)$`,
 );
 
-/** A command that serves until stopped: the start tasks, `dev`, `deno serve`, `main.ts` run. */
+/**
+ * A command that serves until stopped: the start tasks, `dev`, `worker` (the Workers entry on local
+ * workerd), `deno serve`, `main.ts` run.
+ */
 const SERVICE = new RegExp(
   String
-    .raw`^${ASSIGNMENTS}${DENO}\s+(?:task\s+(?:-q\s+)?(?:start|start:kv|start:parallel|dev)(?:\s|$)|serve\s|run\s.*\bmain\.ts\b)`,
+    .raw`^${ASSIGNMENTS}${DENO}\s+(?:task\s+(?:-q\s+)?(?:start|start:kv|start:parallel|dev|worker)(?:\s|$)|serve\s|run\s.*\bmain\.ts\b)`,
 );
 
 /** Whether `command` serves until it is stopped. */

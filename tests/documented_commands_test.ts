@@ -49,6 +49,13 @@ const SKIPPED: { pattern: RegExp; why: string }[] = [
     pattern: /local_first_shared_test\.ts/,
     why: "a measurement of about a minute with Redis, run by deno task test",
   },
+  // Cloudflare Workers: deploying, logging in, secrets and live logs need an account and the
+  // internet; the local development server prints its own lines, and its test runs it on workerd.
+  { pattern: /npx (-y )?wrangler/, why: "talks to Cloudflare: an account and the internet" },
+  {
+    pattern: /^([A-Z_][A-Z0-9_]*=\S*\s+)*deno task worker(\s|$)/,
+    why: "the Workers development server on workerd: tests/workers/worker_task_test.ts runs it",
+  },
 ];
 
 /** The rewrites of a command before it runs, and why. */
@@ -326,9 +333,15 @@ async function runGroup(place: Place, group: readonly DocumentedCommand[]): Prom
     service = undefined;
   };
   let serviceName = "";
+  // A probe after a service that is not run here has nothing to probe: it is not run either.
+  let skippedService = false;
   for (const command of group) {
     const ready = prepared(command);
-    if ("skip" in ready) continue;
+    if ("skip" in ready) {
+      skippedService ||= isService(command.text.replace(/^npx -y deno@\S+ /, "deno "));
+      continue;
+    }
+    if (/\bcurl\b/.test(ready.text) && skippedService && service === undefined) continue;
     if (command.background && !isService(ready.text)) {
       background.push(start(place, ready.text));
       continue;
