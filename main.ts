@@ -19,10 +19,10 @@ import type { Content } from "./lib/pages/content.ts";
 import { buildAnswers } from "./lib/respond/paths.ts";
 import { configure } from "./lib/server/configure.ts";
 import { errorFields, event, onStartupRejection } from "./lib/server/events.ts";
-import { serve } from "./lib/server/listen.ts";
+import { runtimeListening, serve } from "./lib/server/listen.ts";
 import { DRAIN_MS, STOP_DEADLINE_MS } from "./lib/server/serve.ts";
 import { openStore } from "./lib/server/store.ts";
-import { exitFlushBoundMs } from "./lib/telemetry/enabled.ts";
+import { exitFlushBoundMs, otelStartWarnings } from "./lib/telemetry/enabled.ts";
 import { loadTelemetry, type Telemetry } from "./lib/telemetry/load.ts";
 
 const readEnv = (name: string) => Deno.env.get(name);
@@ -31,7 +31,11 @@ const readEnv = (name: string) => Deno.env.get(name);
  * The service's telemetry, loaded (with npm:@opentelemetry/api) only when Deno exports
  * OpenTelemetry (OTEL_DENO=true).
  */
-async function startTelemetry(config: Config, content: Content): Promise<Telemetry | undefined> {
+async function startTelemetry(
+  config: Config,
+  content: Content,
+  onDeploy: boolean,
+): Promise<Telemetry | undefined> {
   const telemetry = await loadTelemetry(() => buildAnswers(config, content).paths.keys(), {
     storeKind: config.rateLimitStore,
     storeTimeoutMs: config.rateLimitStoreTimeoutMs,
@@ -46,6 +50,10 @@ async function startTelemetry(config: Config, content: Content): Promise<Telemet
       'OTEL_EXPORTER_OTLP_TIMEOUT lets a slow collector hold the exit past the shutdown deadline: set it to 500 (ms) or less (deploy/README.md, "Observability")',
       { deadlineMs: STOP_DEADLINE_MS, exitFlushBoundMs: exitFlushBoundMs(readEnv) },
     );
+  }
+  // Deno Deploy takes no OTEL_* variable: nothing there to set.
+  if (telemetry && !onDeploy) {
+    for (const warning of otelStartWarnings(readEnv)) event("warn", warning);
   }
   return telemetry;
 }
@@ -96,7 +104,7 @@ function buildHandler(
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
 const { config, content, onDeploy } = await configure(readEnv);
-const telemetry = await startTelemetry(config, content);
+const telemetry = await startTelemetry(config, content, onDeploy);
 const store = await openStore(config, { telemetry, onDeploy });
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))
@@ -104,7 +112,11 @@ const accessLog = config.accessLog
 const handler = buildHandler({ config, content, store }, accessLog);
 const fetch = telemetry ? telemetry.wrapHandler(handler) : handler;
 
-export default { fetch } satisfies Deno.ServeDefaultExport;
+export default {
+  fetch,
+  // Called by `deno serve` only, in its main worker: the JSON "listening" event.
+  onListen: runtimeListening(config, readEnv),
+} satisfies Deno.ServeDefaultExport;
 
 // `deno task start` and the compiled binary pass `--listen`. Deno Deploy runs `deno run main.ts` and
 // documents no serving of a default export, so there the platform itself is the signal. Under

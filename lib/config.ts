@@ -280,9 +280,15 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     errors,
   );
   const kvPath = read("KV_PATH");
-  if (rateLimitStore === "kv" && rateLimit > KV_MAX_LIMIT) {
+  const consistency = consistencySettings(reader);
+  // Only `exact` keeps a caller's log in one KV value; `local-first` keeps it in memory and sends
+  // batches, split to fit a value, so the cap would refuse a setting that works.
+  if (
+    rateLimitStore === "kv" && consistency.rateLimitConsistency === "exact" &&
+    rateLimit > KV_MAX_LIMIT
+  ) {
     errors.push(
-      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv (one caller's log is one KV value), got ${rateLimit}`,
+      `RATE_LIMIT must be at most ${KV_MAX_LIMIT} with RATE_LIMIT_STORE=kv and RATE_LIMIT_CONSISTENCY=exact (one caller's log is one KV value; local-first has no such cap), got ${rateLimit}`,
     );
   }
   const redis = redisSettings(reader, rateLimitStore === "redis");
@@ -302,7 +308,7 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     ...redis,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
-    ...consistencySettings(reader),
+    ...consistency,
   };
 }
 
@@ -379,6 +385,14 @@ function redisUrlSetting(
   }
   const urls: URL[] = [];
   for (const entry of entries) {
+    if (unescapedUserinfo(entry)) {
+      errors.push(
+        `REDIS_URL has a user name or password holding a "#", "/" or "?", which ends that part of a URL: percent-encode it (# as %23, / as %2F, ? as %3F; encodeURIComponent does), got ${
+          JSON.stringify(redacted(entry))
+        }`,
+      );
+      continue;
+    }
     const url = URL.parse(entry);
     if (url?.protocol !== "redis:" && url?.protocol !== "rediss:") {
       errors.push(
@@ -602,6 +616,19 @@ export function addressProblem(name: string, raw: string): string | undefined {
 }
 
 /** What the Redis client would refuse in a redis:// URL: a path that is not a database number, bad escapes. */
+/**
+ * Whether `entry`, a `redis://` or `rediss://` URL as written, has a `/`, `?` or `#` before its
+ * last `@`: a password holding one, not percent-encoded, which the URL parser takes for the start
+ * of the path, query or fragment, so that the URL is refused or names another host.
+ */
+function unescapedUserinfo(entry: string): boolean {
+  const rest = /^rediss?:\/\/(.*)$/is.exec(entry)?.[1];
+  if (rest === undefined) return false;
+  const at = rest.lastIndexOf("@");
+  const cut = rest.search(/[/?#]/);
+  return at >= 0 && cut >= 0 && cut < at;
+}
+
 function redisUrlProblem(url: URL, type: StoreSettings["redisType"]): string | undefined {
   if (!/^\/?(\d+)?$/.test(url.pathname)) {
     return "may name a database number as its path (redis://host:6379/0) and nothing else";

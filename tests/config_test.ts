@@ -188,6 +188,33 @@ Deno.test("loadConfig() refuses a REDIS_URL the Redis client would throw on, wit
   }
 });
 
+Deno.test("loadConfig() names an unescaped #, / or ? in REDIS_URL's password and says to percent-encode it", () => {
+  const redis = { RATE_LIMIT_STORE: "redis" } as const;
+  const hint =
+    /^REDIS_URL has a user name or password holding a "#", "\/" or "\?", which ends that part of a URL: percent-encode it \(# as %23, \/ as %2F, \? as %3F; encodeURIComponent does\), got "rediss?:\/\/[^"]*\*\*\*@/;
+  // The parser refuses the first two; the third parses, as host "user" and port 12.
+  for (
+    const url of [
+      "redis://:pa#ss@127.0.0.1:6379",
+      "rediss://:pa/ss@h:6380",
+      "redis://user:12/x@h:1",
+    ]
+  ) {
+    const errors = errorsOf({ ...redis, REDIS_URL: url });
+    assert.equal(errors.length, 1, errors.join("\n"));
+    assert.match(errors[0]!, hint);
+    assert.ok(!/pa#ss|pa\/ss|12\/x/.test(errors[0]!), errors[0]!);
+  }
+  const cluster = { ...redis, REDIS_TYPE: "cluster" } as const;
+  assert.match(
+    errorsOf({ ...cluster, REDIS_URL: "redis://:a?b@h:7000,redis://:a?b@i:7000" })[0]!,
+    hint,
+  );
+  // Percent-encoded, the same password is taken.
+  const encoded = `redis://:${encodeURIComponent("pa#s/s?")}@127.0.0.1:6379`;
+  assert.equal(configOf({ ...redis, REDIS_URL: encoded }).redisUrl, encoded);
+});
+
 Deno.test("loadConfig() reads REDIS_TYPE, a list of seed nodes or sentinels, and REDIS_SENTINEL_MASTER", () => {
   const redis = { RATE_LIMIT_STORE: "redis" } as const;
   const single = configOf({ ...redis, REDIS_URL: "redis://127.0.0.1:6379" });

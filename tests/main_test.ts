@@ -316,7 +316,7 @@ Deno.test("start-up failures are one sentence naming the variable or permission 
       name: "KV_PATH outside what the start task may read and write",
       env: { RATE_LIMIT_STORE: "kv", KV_PATH: join(dir, "limits.sqlite") },
       sentence:
-        /^Cannot open KV_PATH .*limits\.sqlite: this process may not read and write .*, so grant --allow-read and --allow-write for that folder \(deno task start:kv grants them for that folder only\) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in \/var\/lib\/discovery; nothing is served\.$/m,
+        /^Cannot open KV_PATH .*limits\.sqlite: this process may not read and write .*, so grant --allow-read and --allow-write for that folder \(deno task start:kv and start:parallel grant them for that folder only\) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in \/var\/lib\/discovery; nothing is served\.$/m,
     },
     {
       name: "KV_PATH readable but not writable for the process",

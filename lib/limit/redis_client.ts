@@ -50,6 +50,44 @@ export const CLUSTER_AT_SINGLE =
 export const SINGLE_AT_SENTINEL =
   "REDIS_URL points at a Redis Sentinel, not a data node: set REDIS_TYPE=sentinel and REDIS_SENTINEL_MASTER";
 
+/** Raised when Redis refuses `REDIS_URL`'s credentials: the operator's mistake, not an outage. */
+export class RedisAuthError extends Error {
+  /** Creates the error with the sentence to show the operator. */
+  constructor(message: string) {
+    super(message);
+    this.name = "RedisAuthError";
+  }
+}
+
+/**
+ * The sentence for a reply refusing the connection's credentials, or undefined for any other error.
+ * Redis answers `WRONGPASS` to a wrong password or user (ACL), `NOAUTH` when one is needed and none
+ * was given, and `ERR AUTH ... without any password configured` to a password it does not expect.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.match(
+ *   credentialsProblem(new Error("WRONGPASS invalid username-password pair or user is disabled."))!,
+ *   /^Redis refused the user name or password in REDIS_URL \(WRONGPASS\)/,
+ * );
+ * assert.equal(credentialsProblem(new Error("connect ECONNREFUSED 127.0.0.1:6379")), undefined);
+ * ```
+ */
+export function credentialsProblem(error: Error): string | undefined {
+  const message = String(error?.message ?? error);
+  if (message.startsWith("WRONGPASS")) {
+    return "Redis refused the user name or password in REDIS_URL (WRONGPASS): set the right ones there, percent-encoded (redis://user:password@host:6379, or redis://:password@host:6379 for the default user)";
+  }
+  if (message.startsWith("NOAUTH")) {
+    return "Redis requires a password and REDIS_URL gives none (NOAUTH): add it, percent-encoded (redis://:password@host:6379, or redis://user:password@host:6379 for an ACL user)";
+  }
+  if (/^ERR AUTH\b.*without any password configured/.test(message)) {
+    return "REDIS_URL gives a password but this Redis has none for the default user: remove it from REDIS_URL, or name the ACL user it belongs to (redis://user:password@host:6379)";
+  }
+  return undefined;
+}
+
 /** The longest wait between two connection attempts, in ms, so limiting resumes soon after an outage. */
 const RECONNECT_MAX_MS = 500;
 
@@ -150,6 +188,11 @@ export interface RedisStoreClient {
   ready(waitMs: number): Promise<void>;
   /** A wrong `REDIS_TYPE` seen so far, as the sentence to show; undefined otherwise. */
   typeProblem(): Promise<string | undefined>;
+  /**
+   * While not connected: the credentials the server refused at the last attempt, as the sentence
+   * to show; undefined otherwise.
+   */
+  credentialsProblem(): string | undefined;
   /** Disconnects. */
   close(): Promise<void>;
 }
@@ -285,6 +328,8 @@ class Connection implements RedisStoreClient {
   readonly #onError: (error: Error) => void;
   #connected!: Promise<void>;
   #problem: string | undefined;
+  /** The credentials the server refused at the last connection attempt, as a sentence. */
+  #refused: string | undefined;
   #closed = false;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #wake: (() => void) | undefined;
@@ -301,6 +346,7 @@ class Connection implements RedisStoreClient {
       if (target.type === "cluster" && /cluster support disabled/i.test(error.message)) {
         this.#problem = CLUSTER_AT_SINGLE;
       }
+      this.#refused = credentialsProblem(error) ?? this.#refused;
       options.onError?.(error);
     };
     this.#open();
@@ -327,6 +373,7 @@ class Connection implements RedisStoreClient {
     // An unhandled "error" event would end the process; the guard reports outages once per incident.
     const emitter = this.#client as unknown as { on(event: string, f: (e: Error) => void): void };
     emitter.on("error", this.#onError);
+    emitter.on("ready", () => this.#refused = undefined);
     if (target.type === "cluster") emitter.on("node-error", this.#onError);
     this.#connected = this.#connect(this.#client);
   }
@@ -389,6 +436,16 @@ class Connection implements RedisStoreClient {
     return this.#problem;
   }
 
+  credentialsProblem(): string | undefined {
+    if (this.#refused === undefined) return undefined;
+    try {
+      return this.#client.isReady ? undefined : this.#refused;
+    } catch {
+      // A Sentinel client that never reached its primary has no `isReady` to read.
+      return this.#refused;
+    }
+  }
+
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#retry);
@@ -426,6 +483,9 @@ class Connection implements RedisStoreClient {
         this.#problem = SINGLE_AT_CLUSTER;
         throw new RedisTypeError(SINGLE_AT_CLUSTER);
       }
+      // Offline because the server refused the credentials: say so, not "The client is offline".
+      const refused = this.credentialsProblem();
+      if (refused !== undefined) throw new RedisAuthError(refused);
       throw error;
     } finally {
       // Silence counts only while a call waits (written calls never time out in the client).
@@ -482,6 +542,7 @@ class Connection implements RedisStoreClient {
         if (this.#client !== client) return;
         this.#onError(error instanceof Error ? error : new Error(String(error)));
         if (this.type === "single" || this.#problem !== undefined) return;
+        if (this.#refused !== undefined) return;
         await new Promise<void>((resolve) => {
           this.#wake = resolve;
           this.#retry = setTimeout(resolve, RECONNECT_MAX_MS);
@@ -495,7 +556,8 @@ class Connection implements RedisStoreClient {
  * Connects to `target` and returns the client once it is ready, or after `connectWaitMs` (default
  * 2000) either way: a Redis that is down at start-up is an outage like any other. Rejects with a
  * {@linkcode RedisTypeError} (and closes the client) when the server shows that `REDIS_TYPE` is
- * wrong, so that start-up says which type to set.
+ * wrong, so that start-up says which type to set, and with a {@linkcode RedisAuthError} when it
+ * refused the credentials.
  */
 export async function openRedisStoreClient(
   target: RedisTarget | string,
@@ -507,6 +569,12 @@ export async function openRedisStoreClient(
   if (problem !== undefined) {
     await client.close();
     throw new RedisTypeError(problem);
+  }
+  // Refused credentials do not pass like an outage: start-up ends naming them.
+  const refused = client.credentialsProblem();
+  if (refused !== undefined) {
+    await client.close();
+    throw new RedisAuthError(refused);
   }
   return client;
 }

@@ -8,17 +8,23 @@
 
 import { writeAll } from "../access_log.ts";
 import { formatConfigErrors, redactSecrets } from "../config.ts";
-import { otelSignals } from "../telemetry/enabled.ts";
+import { otelConsoleMode, otelSignals } from "../telemetry/enabled.ts";
 
 const ENCODER = new TextEncoder();
 
 /**
- * With OpenTelemetry on, events go through `console`, the only way into Deno's log exporter: each
- * becomes a log record with its level, in the request's trace when one is active, and Deno also
- * prints it (`OTEL_DENO_CONSOLE=capture`, the default: info on stdout, warn and error on stderr) or
- * not (`replace`).
+ * How an event leaves the process. Without OpenTelemetry, a JSON line on stderr. With it, events go
+ * through `console`, the only way into Deno's log exporter: each becomes a log record with its
+ * level, in the request's trace when one is active. Under `OTEL_DENO_CONSOLE=capture` (Deno's
+ * default) Deno also prints it, info on stdout (the runtime decides: start-up warns); under
+ * `replace` it only exports, so the line is written on stderr here too; under `ignore` nothing is
+ * exported and the line goes to stderr.
  */
-const EVENTS_VIA_CONSOLE = otelSignals() !== undefined;
+const ROUTE: { console: boolean; stderr: boolean } = (() => {
+  if (otelSignals() === undefined) return { console: false, stderr: true };
+  const mode = otelConsoleMode((name) => Deno.env.get(name));
+  return { console: mode !== "ignore", stderr: mode !== "capture" };
+})();
 
 /**
  * One operational event as a JSON line on stderr. Written directly rather than with
@@ -31,8 +37,8 @@ export function event(
   fields: Record<string, unknown> = {},
 ): void {
   const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
-  if (EVENTS_VIA_CONSOLE) console[level](line);
-  else writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
+  if (ROUTE.console) console[level](line);
+  if (ROUTE.stderr) writeAll(Deno.stderr, ENCODER.encode(`${line}\n`));
 }
 
 /** An error's fields in an event: name, message and stack, secrets redacted. */

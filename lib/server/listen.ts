@@ -36,8 +36,8 @@ export interface ServeOptions {
 }
 
 /**
- * Serves `fetch`, listening or not; `finished` settles once the server has stopped (the process
- * exits when stopped), at once when the runtime owns the listener.
+ * Serves `fetch`, listening or not; `finished` never settles while listening (the process exits when
+ * stopped), and settles at once when the runtime owns the listener.
  */
 export async function serve(
   fetch: Handler,
@@ -63,6 +63,7 @@ export async function serve(
     // unloads the module. Exiting at the signal would cut them short; the lines they log are
     // written at unload instead.
     globalThis.addEventListener("unload", () => options.accessLog?.flush());
+    if (options.main) runtimeStopEvents();
     return { finished: Promise.resolve() };
   }
   const warning = sharedTraffic?.sharedTrafficWarning({
@@ -86,7 +87,52 @@ export async function serve(
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     Deno.addSignalListener(signal, () => void stopping(signal));
   }
-  return server;
+  // Never settles: the stop exits the process. Were it `server.finished`, main.ts's evaluation would
+  // end while the store closes (Redis takes a round trip), and Deno then prints its non-JSON warning
+  // about a default `fetch` export run with `deno run` (runtime/js/99_main.js, the main module
+  // handler, which runs when the main module's evaluation completes).
+  return { finished: new Promise<void>(() => {}) };
+}
+
+/**
+ * The events of a process whose listener the runtime owns (`deno serve`, `--parallel` too): as
+ * `onListen` of the default export, which the runtime calls in its main worker in place of its own
+ * non-JSON "Listening on" line (ext/http/00_serve.ts, `registerDeclarativeServer`), the JSON
+ * "listening" event with the address, and a warning when `PORT` or `HOSTNAME` names another one
+ * (they are `--listen`'s; `deno serve` takes `--port` and `--host`).
+ */
+export function runtimeListening(
+  config: Pick<Config, "baseUrl">,
+  env: (name: string) => string | undefined,
+): (addr: Deno.Addr) => void {
+  return (addr) => {
+    event("info", "listening", { address: addressOf(addr), baseUrl: config.baseUrl });
+    if (addr.transport !== "tcp") return;
+    const port = env("PORT")?.trim();
+    if (port && port !== "0" && Number(port) !== addr.port) {
+      event(
+        "warn",
+        `PORT=${
+          Number(port)
+        } is not the port deno serve listens on (${addr.port}): PORT and HOSTNAME apply to --listen; give deno serve --port (deno task start:parallel passes PORT as --port)`,
+        { port: addr.port },
+      );
+    }
+  };
+}
+
+/** Under `deno serve`, the main worker's "shutting down" at the signal and "stopped" at unload. */
+function runtimeStopEvents(): void {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    try {
+      Deno.addSignalListener(signal, () => {
+        event("info", "shutting down: finishing requests in flight", { signal });
+      });
+    } catch {
+      // No signal support here: the runtime stops as it will.
+    }
+  }
+  globalThis.addEventListener("unload", () => event("info", "stopped"));
 }
 
 /**
@@ -118,8 +164,7 @@ function stop(
     await options.store.close();
     clearTimeout(deadline);
     event("info", "stopped");
-    // Exit here rather than finish evaluating main.ts: Deno would then warn that a module with a
-    // default `fetch` export was run with `deno run`, which is intended.
+    // Exit here rather than finish evaluating main.ts (see `serve`).
     Deno.exit(0);
   };
 }

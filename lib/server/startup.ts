@@ -95,7 +95,7 @@ export function explainKvError(
   } else if (error instanceof Deno.errors.NotCapable) {
     reason = dir === undefined
       ? `this process may not open it, so grant the access it asks for (${messageOf(error)})`
-      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv grants them for that folder only) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in ${COMPILED_STATE_DIR}`;
+      : `this process may not read and write ${dir}, so grant --allow-read and --allow-write for that folder (deno task start:kv and start:parallel grant them for that folder only) or, for the compiled binary, whose permissions are fixed, set KV_PATH to a file in ${COMPILED_STATE_DIR}`;
   } else if (dir !== undefined && !isDirectory(dir)) {
     reason =
       `its folder ${dir} does not exist or is not a folder, so create it or set KV_PATH to a file in an existing folder`;

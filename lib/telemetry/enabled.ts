@@ -65,3 +65,67 @@ export function exitFlushBoundMs(env: (name: string) => string | undefined): num
   const timeout = Number.isInteger(value) && value > 0 ? value : DEFAULT_OTLP_TIMEOUT_MS;
   return 3 * timeout;
 }
+
+/**
+ * What Deno does with `console` while it exports (`OTEL_DENO_CONSOLE`, read by the runtime at start:
+ * cli/args/flags.rs): `capture` (the default with `OTEL_DENO`) prints and exports, `replace`
+ * exports only, `ignore` prints only. Read from `env` as the runtime reads it (exact values). Unset,
+ * or not readable (the compiled binary fixes the mode when compiled; Deno Deploy's platform exports
+ * without `OTEL_*` variables), it counts as `capture`: events then go through `console` as they
+ * always did, and the platform's or the binary's own setting decides what is printed.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(otelConsoleMode(() => undefined), "capture");
+ * assert.equal(otelConsoleMode((name) => name === "OTEL_DENO_CONSOLE" ? "replace" : "true"), "replace");
+ * assert.equal(otelConsoleMode(() => { throw new Error("no env access"); }), "capture");
+ * ```
+ */
+export function otelConsoleMode(
+  env: (name: string) => string | undefined,
+): "capture" | "replace" | "ignore" {
+  try {
+    const mode = env("OTEL_DENO_CONSOLE");
+    return mode === "replace" || mode === "ignore" ? mode : "capture";
+  } catch {
+    return "capture";
+  }
+}
+
+/**
+ * The start-up warnings of an exporting process about what it will send and where its lines go:
+ * `capture` prints the info events on stdout beside the access log (Deno's console prints `info`
+ * there: ext/telemetry/telemetry.ts wraps the console, which it leaves printing), and an unset
+ * service name is reported as `unknown_service:deno`. Each is one sentence naming the fix.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const env = { OTEL_DENO: "true" } as Record<string, string>;
+ * assert.equal(otelStartWarnings((name) => env[name]).length, 2);
+ * const set = { ...env, OTEL_DENO_CONSOLE: "replace", OTEL_SERVICE_NAME: "discovery" };
+ * assert.deepEqual(otelStartWarnings((name) => (set as Record<string, string>)[name]), []);
+ * ```
+ */
+export function otelStartWarnings(env: (name: string) => string | undefined): string[] {
+  const warnings: string[] = [];
+  if (otelConsoleMode(env) === "capture") {
+    warnings.push(
+      'OTEL_DENO_CONSOLE is capture (Deno\'s default): Deno prints the info events on stdout, beside the access log, as well as exporting them; set OTEL_DENO_CONSOLE=replace to keep every event on stderr (README.md, "Where each line goes")',
+    );
+  }
+  let named = true;
+  try {
+    named = env("OTEL_SERVICE_NAME") !== undefined ||
+      /(^|,)\s*service\.name=/.test(env("OTEL_RESOURCE_ATTRIBUTES") ?? "");
+  } catch {
+    // The compiled binary may not read them: the runtime still does.
+  }
+  if (!named) {
+    warnings.push(
+      "OTEL_SERVICE_NAME is unset: Deno reports this service as unknown_service:deno; set OTEL_SERVICE_NAME=discovery (or service.name in OTEL_RESOURCE_ATTRIBUTES)",
+    );
+  }
+  return warnings;
+}

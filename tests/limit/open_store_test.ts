@@ -80,11 +80,35 @@ Deno.test("the redis store requires REDIS_URL", () => {
   ]);
 });
 
-Deno.test("the kv store rejects a limit larger than one KV value holds", () => {
+Deno.test("the kv store rejects a limit larger than one KV value holds, in exact only", () => {
   const result = loadConfig(recordEnv({ RATE_LIMIT_STORE: "kv", RATE_LIMIT: "8001" }));
   assert.equal(result.ok, false);
-  assert.match(result.ok ? "" : result.errors[0]!, /^RATE_LIMIT must be at most 8000/);
+  assert.match(
+    result.ok ? "" : result.errors[0]!,
+    /^RATE_LIMIT must be at most 8000 with RATE_LIMIT_STORE=kv and RATE_LIMIT_CONSISTENCY=exact/,
+  );
   assert.equal(loadConfig(recordEnv({ RATE_LIMIT: "8001" })).ok, true, "memory has no such cap");
+  const localFirst = { RATE_LIMIT_STORE: "kv", RATE_LIMIT_CONSISTENCY: "local-first" } as const;
+  assert.equal(loadConfig(recordEnv({ ...localFirst, RATE_LIMIT: "10000" })).ok, true);
+});
+
+Deno.test("local-first on a KV file keeps a limit above 8000 (the VM recipe's store)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kv-local-first-" });
+  const store = await openRateLimitStore(configOf({
+    RATE_LIMIT_STORE: "kv",
+    RATE_LIMIT_CONSISTENCY: "local-first",
+    RATE_LIMIT: "10000",
+    KV_PATH: `${dir}/limits.sqlite3`,
+  }));
+  try {
+    const now = Date.now();
+    let admitted = 0;
+    for (let i = 0; i < 10_001; i++) if ((await store.hit("198.51.100.7", now)).allowed) admitted++;
+    assert.equal(admitted, 10_000);
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("openRateLimitStore builds the memory store unguarded", async () => {
