@@ -88,10 +88,11 @@ export interface HandlerOptions {
  * import { loadConfig, recordEnv } from "./config.ts";
  * import { policyOf } from "./limit/decision.ts";
  * import { MemoryStore } from "./limit/memory.ts";
+ * import { DISK_STATIC_FILES } from "./server/static_files.ts";
  * import { loadContent } from "./pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const store = new MemoryStore(policyOf(loaded.config), { sweep: false });
  * const handler = createHandler({ config: loaded.config, content: content.content, store });

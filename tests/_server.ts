@@ -21,6 +21,7 @@ import { MemoryStore } from "../lib/limit/memory.ts";
 import type { PathAnswers } from "../lib/respond/answers.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [
@@ -89,7 +90,7 @@ export function testConfig(env: EnvRecord = {}): Config {
 
 /** Loads the content of `static/` for `config`, throwing on any problem. */
 export function testContent(config: Config): Content {
-  const result = loadContent(config);
+  const result = loadContent(config, DISK_STATIC_FILES);
   if (!result.ok) throw new Error(`static content is invalid:\n${result.errors.join("\n")}`);
   return result.content;
 }

@@ -383,11 +383,12 @@ export function variantResponse(
  * ```ts
  * import assert from "node:assert/strict";
  * import { loadConfig, recordEnv } from "../config.ts";
+ * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * import { buildAnswers } from "./paths.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const answers = buildAnswers(loaded.config, content.content);
  * const choose = createChooser(answers);

@@ -70,10 +70,11 @@ export function discoveryFields(config: Config): HeaderField[] {
  * ```ts
  * import assert from "node:assert/strict";
  * import { loadConfig, recordEnv } from "../config.ts";
+ * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const answers = buildAnswers(loaded.config, content.content);
  * const platform = await answers.paths.get("/api/v1/platform")!.variant(null, null);

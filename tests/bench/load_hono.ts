@@ -18,11 +18,12 @@ import { createHandler } from "../../lib/handler.ts";
 import { denoEnv, loadConfig } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const loaded = loadConfig(denoEnv());
 if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
-const contentResult = loadContent(config);
+const contentResult = loadContent(config, DISK_STATIC_FILES);
 if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
 const content = contentResult.content;
 
