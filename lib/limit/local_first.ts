@@ -35,6 +35,7 @@ import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
 import { decodeHits, HitWriter } from "./hit_codec.ts";
 import type { HitLog, LogBatch } from "./hit_log.ts";
 import { MemoryStore, type MemoryStoreMemory } from "./memory.ts";
+import { unref } from "../timer.ts";
 
 /** The reports of a sync outage or overflow; limiting goes on by the local store meanwhile. */
 export type SyncIncident =
@@ -380,7 +381,7 @@ export class LocalFirstStore implements RateLimitStore {
       });
     }, delayMs);
     // The loop must never keep a process (or a test) alive.
-    Deno.unrefTimer(this.#timer);
+    unref(this.#timer);
   }
 
   /** One sync: up to {@linkcode MAX_EXCHANGES_PER_SYNC} exchanges while sealed batches wait. */
