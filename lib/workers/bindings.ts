@@ -11,6 +11,8 @@
  */
 
 import { type Config, type Env, type EnvName, loadConfig } from "../config.ts";
+import { policyOf } from "../limit/decision.ts";
+import { checkDurablePolicy } from "../limit/object_logs.ts";
 
 /** The binding of the Durable Object namespace that keeps the limit (wrangler.jsonc). */
 export const RATE_LIMITER_BINDING = "RATE_LIMITER";
@@ -73,6 +75,13 @@ export function workerConfig(bindings: Bindings, origin: string): WorkerConfigRe
     errors.push(
       `the Durable Object binding ${RATE_LIMITER_BINDING} is missing: keep it in wrangler.jsonc (durable_objects.bindings, class RateLimiterObject), or set RATE_LIMIT_STORE=memory for a per-isolate limit`,
     );
+  }
+  if (loaded.ok && store === "durable-object") {
+    try {
+      checkDurablePolicy(policyOf(loaded.config));
+    } catch (error) {
+      errors.push(`RATE_LIMIT and RATE_LIMIT_WINDOW_SECONDS: ${(error as Error).message}`);
+    }
   }
   if (!loaded.ok || errors.length > 0) return { ok: false, errors };
   return { ok: true, config: loaded.config, store };

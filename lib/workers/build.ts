@@ -26,9 +26,8 @@ function entrySource(files: Record<string, string>): string {
   return [
     "// Written by lib/workers/build.ts: the Worker's entry, static/ embedded. Not committed.",
     'import { createWorker } from "../../lib/workers/worker.ts";',
-    'import { openDurableStore } from "../../lib/workers/store.ts";',
     'export { RateLimiterObject } from "../../lib/workers/rate_limiter_object.ts";',
-    `export default createWorker(${JSON.stringify(files)}, openDurableStore);`,
+    `export default createWorker(${JSON.stringify(files)});`,
     "",
   ].join("\n");
 }
@@ -58,6 +57,8 @@ export async function buildWorker(root: string, deno = Deno.execPath()): Promise
       "--platform=browser",
       "--format=esm",
       "--minify",
+      // The runtime's own module: workerd provides it.
+      "--external=cloudflare:workers",
       "--output",
       WORKER_MODULE,
       `${WORKER_DIR}/entry.ts`,

@@ -21,13 +21,14 @@
  */
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
-import { formatConfigErrors, redactSecrets } from "../config.ts";
+import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import type { PeerInfo } from "../limit/caller.ts";
 import { policyOf, type RateLimitStore } from "../limit/decision.ts";
 import { MemoryStore } from "../limit/memory.ts";
 import { loadContent } from "../pages/content.ts";
 import { type Bindings, workerConfig } from "./bindings.ts";
+import { openDurableStore } from "./store.ts";
 
 /** A Worker's module: Cloudflare calls `fetch` per request with the bindings. */
 export interface WorkerModule {
@@ -35,11 +36,8 @@ export interface WorkerModule {
   fetch(request: Request, env: Bindings): Response | Promise<Response>;
 }
 
-/** Opens the Durable Object store over the `RATE_LIMITER` binding (see `store.ts`). */
-export type OpenDurableStore = (
-  bindings: Bindings,
-  config: import("../config.ts").Config,
-) => RateLimitStore;
+/** Opens the Durable Object store over the `RATE_LIMITER` binding (`store.ts`). */
+export type OpenDurableStore = (bindings: Bindings, config: Config) => RateLimitStore;
 
 /** What an isolate starts with at its first request: the handler, or the problems. */
 type Started = { ok: true; handler: ServiceHandler } | { ok: false };
@@ -47,7 +45,7 @@ type Started = { ok: true; handler: ServiceHandler } | { ok: false };
 /**
  * The Worker over `files` (each static file's text by its name, as the build embeds them).
  *
- * @param openDurable opens the Durable Object store (the entry gives it; tests may give another)
+ * @param openDurable opens the Durable Object store (tests may give another)
  * @example
  * ```ts
  * import assert from "node:assert/strict";
@@ -69,7 +67,7 @@ type Started = { ok: true; handler: ServiceHandler } | { ok: false };
  */
 export function createWorker(
   files: Readonly<Record<string, string>>,
-  openDurable: OpenDurableStore,
+  openDurable: OpenDurableStore = openDurableStore,
 ): WorkerModule {
   let started: Started | undefined;
   return {
