@@ -231,6 +231,9 @@ export async function rawRequest(
       const n = await conn.read(buffer);
       if (n === null) break;
       chunks.push(buffer.slice(0, n));
+      // A server that keeps the connection open despite `Connection: close` (miniflare's, in
+      // front of workerd) has still sent the whole message by now.
+      if (messageComplete(concat(chunks), method)) break;
     }
   } finally {
     conn.close();
@@ -246,6 +249,21 @@ function concat(chunks: Uint8Array[]): Uint8Array {
     offset += chunk.length;
   }
   return out;
+}
+
+/** Whether `bytes` hold a whole response: its head, and its body as long as it says. */
+function messageComplete(bytes: Uint8Array, method: string): boolean {
+  const end = indexOfCrlfCrlf(bytes);
+  if (end === -1) return false;
+  const head = DECODER.decode(bytes.subarray(0, end)).toLowerCase();
+  const status = Number(/^http\/1\.1 (\d{3})/.exec(head)?.[1]);
+  if (method === "HEAD" || status === 204 || status === 304) return true;
+  const length = /\r\ncontent-length:\s*(\d+)/.exec(head)?.[1];
+  if (length !== undefined) return bytes.length - end - 4 >= Number(length);
+  if (/\r\ntransfer-encoding:\s*chunked/.test(head)) {
+    return DECODER.decode(bytes.subarray(bytes.length - 5)) === "0\r\n\r\n";
+  }
+  return false;
 }
 
 function indexOfCrlfCrlf(bytes: Uint8Array): number {
