@@ -177,7 +177,7 @@ Deno.test("every module of lib/ belongs to a layer and is reached from main.ts o
   );
   assert.deepEqual(
     buildSteps,
-    ["lib/pages/render_pages.ts", "lib/server/entry.ts"],
+    ["lib/pages/render_pages.ts", "lib/pages/tokens/build.ts", "lib/server/entry.ts"],
     "build steps run by a task",
   );
   assert.deepEqual(
