@@ -188,6 +188,7 @@ Deno.test("every module of lib/ belongs to a layer and is reached from an entry 
     buildSteps,
     [
       "lib/pages/render_pages.ts",
+      "lib/pages/tokens/build.ts",
       "lib/server/entry.ts",
       "lib/workers/build.ts",
       "lib/workers/dev.ts",

@@ -8,6 +8,7 @@
  */
 
 import type { Config } from "../config.ts";
+import { errorCatalog, errorMarkdown } from "../errors.ts";
 import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
@@ -92,8 +93,29 @@ export function buildAnswers(config: Config, content: Content): Answers {
   return {
     paths: buildPaths(config, content, { render, shared: unknown }),
     unknown,
-    notFound: notFoundAnswers(render),
+    notFound: notFoundAnswers(render, {
+      markdownFields: async () => [tokensField(await countOf(notFoundMarkdown(config)))],
+    }),
   };
+}
+
+/** The Markdown body of the 404, as the error renderer writes it (counted for its header field). */
+function notFoundMarkdown(config: Config): string {
+  return errorMarkdown("not_found", errorCatalog(config).not_found);
+}
+
+/** The header field carrying `tokens`. */
+function tokensField(tokens: number): HeaderField {
+  return [TOKENS_FIELD, String(tokens)];
+}
+
+/**
+ * The token count of `text`. Imported, not loaded with the paths: the bundle keeps the counter
+ * apart, and it is loaded with the first Markdown representation (lib/README.md, "Cold start").
+ */
+async function countOf(text: string): Promise<number> {
+  const { countTokens } = await import("../pages/tokens.ts");
+  return countTokens(text);
 }
 
 /**
@@ -190,13 +212,9 @@ function markdown(type: string, body: () => string, fields: readonly HeaderField
   return {
     type: offeredAs(type),
     make: async () => {
-      // Imported, not loaded with the paths: the bundle keeps it apart, and it starts itself as a
-      // worker that loads the tokenizer (lib/README.md, "Cold start").
-      const { countTokens } = await import("../pages/tokens.ts");
       const text = body();
-      const tokens = await countTokens(text);
       return buildRepresentation(type, text, {
-        headers: [...fields, [TOKENS_FIELD, String(tokens)], ...COMMON_FIELDS],
+        headers: [...fields, tokensField(await countOf(text)), ...COMMON_FIELDS],
       });
     },
   };
