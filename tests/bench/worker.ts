@@ -22,6 +22,7 @@
 // deno-lint-ignore-file no-console -- a benchmark's report
 
 import { parseArgs } from "node:util";
+import { Miniflare } from "npm:miniflare@4.20260730.0";
 import { compressBytes } from "../../lib/http/representation.ts";
 import { buildWorker } from "../../lib/workers/build.ts";
 import { serveWorker } from "../../lib/workers/dev.ts";
@@ -151,6 +152,23 @@ async function folderBytes(dir: string): Promise<{ bytes: number; gzipBytes: num
   return { bytes, gzipBytes };
 }
 
+/**
+ * The reference on workerd: a Worker that answers every request with the Platform's JSON bytes and
+ * nothing else, through the same miniflare and workerd: what serving alone costs there.
+ */
+async function startBareWorker(body: string): Promise<{ url: URL; close: () => Promise<void> }> {
+  const miniflare = new Miniflare({
+    name: "bare",
+    modules: true,
+    script: `const body = ${JSON.stringify(body)};
+export default { fetch() { return new Response(body, { headers: { "content-type": "application/json" } }); } };`,
+    compatibilityDate: "2026-08-01",
+    host: "127.0.0.1",
+    port: 0,
+  });
+  return { url: await miniflare.ready, close: () => miniflare.dispose() };
+}
+
 const built = await buildWorker(ROOT);
 const deno = await startDeno();
 const workerDo = await serveWorker({ root: ROOT, port: 0, persist: false, bindings: LOAD });
@@ -163,14 +181,24 @@ const workerMemory = await serveWorker({
 });
 const memoryPid = (await workerdPids()).find((pid) => pid !== doPid)!;
 const path = "/api/v1/platform";
-const cpu = { deno: [] as number[], workerDo: [] as number[], workerMemory: [] as number[] };
+const platformJson = await (await fetch(new URL(path, workerMemory.url))).text();
+const bare = await startBareWorker(platformJson);
+const barePid = (await workerdPids()).find((pid) => pid !== doPid && pid !== memoryPid)!;
+const cpu = {
+  deno: [] as number[],
+  workerDo: [] as number[],
+  workerMemory: [] as number[],
+  bare: [] as number[],
+};
 try {
   for (let round = 0; round < ROUNDS; round++) {
     cpu.deno.push(await cpuPerRequest(deno.pid, deno.url));
     cpu.workerDo.push(await cpuPerRequest(doPid!, new URL(path, workerDo.url).href));
     cpu.workerMemory.push(await cpuPerRequest(memoryPid, new URL(path, workerMemory.url).href));
+    cpu.bare.push(await cpuPerRequest(barePid, new URL(path, bare.url).href));
   }
 } finally {
+  await bare.close();
   await deno.stop();
   await workerDo.close();
   await workerMemory.close();
@@ -193,6 +221,11 @@ console.log(
 console.log(
   `| CPU per JSON 200, workerd, memory store | ${us(cpu.workerMemory)} (${
     ratio(cpu.workerMemory)
+  } of Deno) |`,
+);
+console.log(
+  `| CPU per request, workerd, a Worker sending the same bytes only | ${us(cpu.bare)} (${
+    ratio(cpu.bare)
   } of Deno) |`,
 );
 console.log(
