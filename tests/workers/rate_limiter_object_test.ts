@@ -77,13 +77,26 @@ Deno.test("workerd: 100 requests of one caller admit 60; a restart on the same s
   });
 });
 
-Deno.test("workerd: two Workers sharing the namespace admit 60 of one caller's 100 requests between them", async () => {
+Deno.test("workerd: two Workers sharing the namespace admit 60 of one caller's 100 requests between them, one after the other or all at once", async () => {
   await withFolder(async (persist) => {
     const workerd = await startLimiterWorkerd({ script, persist, workers: 2 });
     try {
       assert.equal(workerd.urls.length, 2);
       assert.notEqual(workerd.urls[0]!.href, workerd.urls[1]!.href);
       assert.equal(await admittedOf(workerd.urls, "2001:db8:0:1e::/64", 100), 60);
+      // At once: 100 requests in flight over both Workers, decided one by one by the object.
+      const reports = await Promise.all(
+        Array.from(
+          { length: 100 },
+          (_, i) => getJson<HitReport>(workerd.urls[i % 2]!, "/hit?key=192.0.2.77"),
+        ),
+      );
+      assert.equal(reports.filter((report) => report.decision.allowed).length, 60);
+      assert.equal(reports.filter((report) => report.byPolicy).length, 0);
+      // Each admitted request saw its own count: remaining 59 down to 0, once each.
+      const remaining = reports.filter((report) => report.decision.allowed)
+        .map((report) => report.decision.remaining).sort((a, b) => a - b);
+      assert.deepEqual(remaining, Array.from({ length: 60 }, (_, i) => i));
     } finally {
       await workerd.dispose();
     }
