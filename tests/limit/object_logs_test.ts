@@ -134,6 +134,18 @@ Deno.test("the cap is in timestamps: full logs of the highest limit stay within 
   assert.equal(logs.timestamps, OBJECT_MAX_TIMESTAMPS);
 });
 
+Deno.test("a limit lowered under a live object keeps the newest timestamps of the new limit", () => {
+  const logs = new CallerLogs();
+  for (let i = 0; i < 5; i++) logs.hit("192.0.2.1", T0 + i * 1_000, { limit: 5, windowMs: 60_000 });
+  const lowered = { limit: 2, windowMs: 60_000 };
+  const { decision, changes } = logs.hit("192.0.2.1", T0 + 5_000, lowered);
+  // Refused, and reset counts from the oldest of the two kept (T0 + 3 s): 58 s.
+  assert.deepEqual(decision, { allowed: false, remaining: 0, resetSeconds: 58 });
+  assert.deepEqual(changes, []);
+  assert.equal(logs.timestamps, 2);
+  assert.equal(logs.hit("192.0.2.1", T0 + 63_001, lowered).decision.allowed, true);
+});
+
 Deno.test("sweep() forgets callers with nothing left in the window and says when the next becomes idle", () => {
   const policy = { limit: 5, windowMs: 1_000 };
   const logs = new CallerLogs();

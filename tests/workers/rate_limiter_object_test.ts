@@ -184,3 +184,40 @@ Deno.test("workerd: two workerd processes on one storage folder do not share obj
     }
   });
 });
+
+Deno.test("workerd: the idle sweep set before a restart of workerd runs after it by the window the object stored: it keeps a caller still in the window", async () => {
+  await withFolder(async (persist) => {
+    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1 });
+    const usageOf = (url: URL) => getJson<ObjectUsage>(url, "/usage?name=192.0.2.5");
+    let workerd: Workerd | undefined = await start();
+    try {
+      await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
+      const { alarm } = await usageOf(workerd.urls[0]!);
+      // A second request half a window later: the caller is in the window until a window after it.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
+      await workerd.dispose();
+      workerd = undefined;
+      workerd = await start();
+      const [url] = workerd.urls;
+      // The restarted object has had no call: only its stored window tells the alarm what is idle.
+      const waitFor = async (done: (usage: ObjectUsage) => boolean) => {
+        const deadline = Date.now() + 5_000;
+        let usage = await usageOf(url!);
+        while (!done(usage) && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          usage = await usageOf(url!);
+        }
+        return usage;
+      };
+      const swept = await waitFor((usage) => usage.alarm !== alarm);
+      assert.equal(swept.callers, 1, `the first sweep keeps the caller: ${JSON.stringify(swept)}`);
+      assert.equal(swept.stored, 1);
+      assert.ok(swept.alarm !== null && swept.alarm > alarm!, "and sets itself for when it leaves");
+      const idle = await waitFor((usage) => usage.stored === 0 && usage.alarm === null);
+      assert.deepEqual(idle, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+    } finally {
+      await workerd?.dispose();
+    }
+  });
+});
