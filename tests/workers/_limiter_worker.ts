@@ -5,8 +5,8 @@
  *
  * `GET /hit?key=K` decides on caller K through the `RATE_LIMITER` binding; `ns=SLOW` or `ns=BROKEN`
  * go through an object that answers late or fails, `on_error=open|closed` and `timeout_ms` set the
- * failure policy; `GET /usage?key=K` reports the object's accounting; `GET /many?key=K&n=N` times N
- * decisions one after the other inside the Worker.
+ * failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
+ * times decisions inside the Worker (the figures of lib/limit/README.md).
  *
  * @module
  */
@@ -81,21 +81,11 @@ export default {
     const url = new URL(request.url);
     const key = url.searchParams.get("key") ?? "192.0.2.1";
     if (url.pathname === "/usage") {
-      const stub = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
-      return Response.json(await stub.usage());
+      const name = url.searchParams.get("name") ?? key;
+      return Response.json(await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(name)).usage());
     }
     const store = storeOf(env, url);
-    if (url.pathname === "/many") {
-      const n = Number(url.searchParams.get("n") ?? "1");
-      const ms: number[] = [];
-      for (let i = 0; i < n; i++) {
-        const started = performance.now();
-        const result = store.hit(`${key}.${i % 1000}`, Date.now());
-        await result;
-        ms.push(performance.now() - started);
-      }
-      return Response.json({ ms });
-    }
+    if (url.pathname === "/many") return Response.json({ ms: await timed(store, url, key) });
     const started = performance.now();
     const result = store.hit(key, Date.now());
     const promise = result instanceof Promise;
@@ -104,3 +94,24 @@ export default {
     return Response.json({ decision, byPolicy: store.answeredByPolicy(decision), promise, ms });
   },
 };
+
+/**
+ * The time per decision of `batches` batches of `n` decisions one after the other (workerd's clock
+ * moves in whole milliseconds, so a decision is timed as the mean of its batch). With `fresh=1`
+ * each decision is a caller never seen before (its object is created), else the `callers` callers
+ * `key.0`, `key.1`... take turns.
+ */
+async function timed(store: GuardedStore, url: URL, key: string): Promise<number[]> {
+  const n = Number(url.searchParams.get("n") ?? "10");
+  const batches = Number(url.searchParams.get("batches") ?? "1");
+  const callers = Number(url.searchParams.get("callers") ?? "1");
+  const fresh = url.searchParams.get("fresh") === "1";
+  const ms: number[] = [];
+  let i = 0;
+  for (let b = 0; b < batches; b++) {
+    const started = performance.now();
+    for (let j = 0; j < n; j++, i++) await store.hit(`${key}.${fresh ? i : i % callers}`, 0);
+    ms.push((performance.now() - started) / n);
+  }
+  return ms;
+}
