@@ -36,12 +36,19 @@ export interface ServeWorkerOptions {
   persist: string | false;
   /** Bindings over wrangler.json's vars (strings: vars and secrets). */
   bindings?: Record<string, string>;
+  /**
+   * How many Workers to run, each its own isolate on a port of its own, all bound to the first
+   * one's Durable Object namespace, as Cloudflare's isolates share it (default 1; tests).
+   */
+  instances?: number;
 }
 
 /** A Worker served by workerd. */
 export interface ServedWorker {
   /** Its address, `http://127.0.0.1:PORT/`. */
   url: URL;
+  /** Each instance's own address (`instances`), the first's first. */
+  urls: URL[];
   /** Stops workerd. */
   close(): Promise<void>;
 }
@@ -52,26 +59,38 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
   const wrangler = JSON.parse(
     await Deno.readTextFile(`${root}/wrangler.json`),
   ) as WranglerConfig;
-  const durableObjects = Object.fromEntries(
-    wrangler.durable_objects.bindings.map(({ name, class_name }) => [
-      name,
-      { className: class_name, useSQLite: true },
-    ]),
-  );
-  const miniflare = new Miniflare({
-    name: "discovery",
+  const count = options.instances ?? 1;
+  const workers = Array.from({ length: count }, (_, i) => ({
+    name: i === 0 ? "discovery" : `discovery-${i}`,
     modules: true,
     scriptPath: `${root}/${WORKER_MODULE}`,
     modulesRoot: `${root}/${WORKER_DIR}`,
     compatibilityDate: wrangler.compatibility_date,
     bindings: { ...wrangler.vars, ...options.bindings },
-    durableObjects,
+    durableObjects: Object.fromEntries(
+      wrangler.durable_objects.bindings.map(({ name, class_name }) => [
+        name,
+        { className: class_name, useSQLite: true, ...(i > 0 ? { scriptName: "discovery" } : {}) },
+      ]),
+    ),
+    ...(count > 1 ? { unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }] } : {}),
+  }));
+  const miniflare = new Miniflare({
+    workers,
     durableObjectsPersist: options.persist,
     host: "127.0.0.1",
     port: options.port,
   });
-  const url = await miniflare.ready;
-  return { url, close: () => miniflare.dispose() };
+  try {
+    const url = await miniflare.ready;
+    const urls = count > 1
+      ? await Promise.all(workers.map((worker) => miniflare.unsafeGetDirectURL(worker.name)))
+      : [url];
+    return { url, urls, close: () => miniflare.dispose() };
+  } catch (error) {
+    await miniflare.dispose().catch(() => {});
+    throw error;
+  }
 }
 
 /** The service's variables set in this process's environment. */

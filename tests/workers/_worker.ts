@@ -22,20 +22,35 @@ export function builtWorker(): Promise<BuiltWorker> {
 export interface TestWorker extends AsyncDisposable {
   /** `http://127.0.0.1:<port>`, without a trailing slash. */
   url: string;
+  /** Each instance's origin (`instances`), the first's first. */
+  urls: string[];
   /** Stops workerd. */
   close(): Promise<void>;
 }
 
 /**
  * Builds (once) and serves the Worker with `bindings` (vars), its Durable Object storage in
- * `persist` (a folder that outlives a restart), or in memory.
+ * `persist` (a folder that outlives a restart), or in memory; `instances` Workers sharing the one
+ * namespace.
  */
 export async function startWorker(
   bindings: Record<string, string>,
   persist: string | false = false,
+  instances = 1,
 ): Promise<TestWorker> {
   await builtWorker();
-  const served: ServedWorker = await serveWorker({ root: ROOT, port: 0, persist, bindings });
+  const served: ServedWorker = await serveWorker({
+    root: ROOT,
+    port: 0,
+    persist,
+    bindings,
+    instances,
+  });
   const close = () => served.close();
-  return { url: served.url.origin, close, [Symbol.asyncDispose]: close };
+  return {
+    url: served.url.origin,
+    urls: served.urls.map((url) => url.origin),
+    close,
+    [Symbol.asyncDispose]: close,
+  };
 }

@@ -1,8 +1,9 @@
 /**
  * The Worker's limit outlives workerd: its Durable Object writes each caller's log through to its
  * storage, so a restart with the storage kept (miniflare's `durableObjectsPersist`, a folder the
- * test owns; on Cloudflare, the object's own storage) keeps the count. And an isolate whose
- * configuration is invalid answers 500 `internal_error`, the Error shape with no detail.
+ * test owns; on Cloudflare, the object's own storage) keeps the count; two Worker instances (two
+ * isolates) bound to the one namespace keep one count. And an isolate whose configuration is
+ * invalid answers 500 `internal_error`, the Error shape with no detail.
  *
  * @module
  */
@@ -61,5 +62,25 @@ Deno.test("an invalid configuration answers every request 500 internal_error, wi
     assert.equal(body.error.code, "internal_error");
     assert.deepEqual(Object.keys(body.error).sort(), ["code", "hint", "message"]);
     assert.ok(!JSON.stringify(body).includes("sixty"), "the bad value is not echoed");
+  }
+});
+
+Deno.test("two Worker instances (two isolates) sharing the Durable Object namespace admit 60 of one caller's 100 requests, sent to both at once", async () => {
+  await using worker = await startWorker({ ...ENV }, false, 2);
+  assert.equal(worker.urls.length, 2);
+  const requests = Array.from(
+    { length: 100 },
+    (_, i) =>
+      rawRequest(worker.urls[i % 2]!, "/api/v1/platform", {
+        headers: { "cf-connecting-ip": "192.0.2.60" },
+      }),
+  );
+  const statuses = (await Promise.all(requests)).map((response) => response.status);
+  assert.equal(statuses.filter((status) => status === 200).length, 60);
+  assert.equal(statuses.filter((status) => status === 429).length, 40);
+  // Each instance answered some of both: the count is one, not one per isolate.
+  for (const parity of [0, 1]) {
+    const own = statuses.filter((_, i) => i % 2 === parity);
+    assert.ok(own.includes(200), `instance ${parity} admitted some`);
   }
 });
