@@ -23,7 +23,7 @@
 
 import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
-import type { PeerInfo } from "../limit/caller.ts";
+import { parseIp, type PeerInfo } from "../limit/caller.ts";
 import { policyOf, type RateLimitStore } from "../limit/decision.ts";
 import { MemoryStore } from "../limit/memory.ts";
 import { loadContent } from "../pages/content.ts";
@@ -79,10 +79,18 @@ export function createWorker(
   };
 }
 
-/** The caller's address as Cloudflare gives it; none without `CF-Connecting-IP`. */
-function peerOf(request: Request): PeerInfo {
+/**
+ * The caller's address as Cloudflare gives it; none without `CF-Connecting-IP` or with a value that
+ * is no IP address (Cloudflare always sets one; a hostile value reaches here only locally, and must
+ * not become a caller key of its own).
+ */
+export function peerOf(request: Request): PeerInfo {
   const address = request.headers.get("cf-connecting-ip");
-  return { remoteAddr: address === null ? { transport: "none" } : { hostname: address } };
+  return {
+    remoteAddr: address !== null && parseIp(address) !== undefined
+      ? { hostname: address }
+      : { transport: "none" },
+  };
 }
 
 /** Configures the isolate at its first request: the handler, or the problems logged once. */
