@@ -10,8 +10,9 @@
  * - Content: the static files' texts, given by the build (`build.ts` embeds `static/`): no file
  *   system.
  * - Caller: `CF-Connecting-IP`, which Cloudflare's edge sets, replacing any a client sent; locally
- *   (`deno task worker`, miniflare) it is the loopback peer. A request without it (a service
- *   binding, a request from another Worker) has no address: one shared budget, logged once.
+ *   (`deno task worker`, miniflare) a client's is passed on as sent, else it is the loopback peer.
+ *   A request without it (a service binding, another Worker) or with a value that is no IP address
+ *   has no address: one shared budget, logged once.
  * - Responses: built per request (`keep: false`): a `Response` belongs to the request that made it.
  * - No timers: no warm-up (each path builds its representations on its first request), the memory
  *   store sweeps nothing (its caller cap bounds it), the access log writes per request to the
@@ -49,8 +50,7 @@ type Started = { ok: true; handler: ServiceHandler } | { ok: false };
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { STATIC_DIR } from "../pages/content.ts";
- * import { STATIC_FILES } from "../pages/content.ts";
+ * import { STATIC_DIR, STATIC_FILES } from "../pages/content.ts";
  * const files = Object.fromEntries(
  *   STATIC_FILES.map((name) => [name, Deno.readTextFileSync(`${STATIC_DIR}/${name}`)]),
  * );
