@@ -9,14 +9,14 @@
  * `countTokens` for any text (`tests/pages/tokens_test.ts`).
  *
  * This is the seam the request path calls, and it runs anywhere (Deno, Deno Deploy, the compiled
- * binary, a Cloudflare Worker): no thread, no file, no `Deno` API. `gpt-tokenizer` holds its ranks
- * as about 38 MiB of heap; here they are one packed byte array and a hash index, about 4 MiB
- * outside the heap (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The
- * build packs them (`deno task build:tokens`, part of `deno task build` and `deno task compile`)
- * into `dist/tokens/o200k_ranks.js`, a module of constants that every bundler carries; where it
- * was never built (the sources run as they are), they are packed here from `gpt-tokenizer`'s own
- * ranks, which then stay in the heap (lib/pages/README.md, "Markdown twins, token counts, content
- * signals").
+ * binary, a Cloudflare Worker): no thread, no file, no `Deno` API here. `gpt-tokenizer` holds its
+ * ranks as about 38 MiB of heap; here they are typed arrays outside the heap, 4.4 MB with their
+ * hash index (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The build
+ * (`deno task build:tokens`, part of `deno task build` and `deno task compile`) writes them as a
+ * file that Deno reads as it is (`tokens/deno_file.ts`), and as `dist/tokens/o200k_ranks.js`, a
+ * module of constants that every bundler carries; where neither was built or may be read, they are
+ * packed here from `gpt-tokenizer`'s own ranks, whose module then stays in the heap
+ * (lib/pages/README.md, "Markdown twins, token counts, content signals").
  *
  * Loaded when the first Markdown representation is built (the warm-up, or a Markdown request
  * before it), never before the first response (lib/README.md, "Cold start"); each body is counted

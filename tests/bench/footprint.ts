@@ -98,12 +98,13 @@ async function serviceOf(pid: number): Promise<number> {
 async function says(stream: ReadableStream<Uint8Array>, text: string): Promise<boolean> {
   let seen = "";
   let found = false;
-  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = stream.getReader();
+  const decoder = new TextDecoder();
   const read = async (): Promise<void> => {
     while (true) {
       const { value, done } = await reader.read();
       if (done) return;
-      seen = (seen + value).slice(-4096);
+      seen = (seen + decoder.decode(value, { stream: true })).slice(-4096);
       if (!found && seen.includes(text)) {
         found = true;
         saidIt();

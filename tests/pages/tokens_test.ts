@@ -18,7 +18,13 @@ import { countTokens } from "../../lib/pages/tokens.ts";
 import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
 import { o200kFile, o200kModule, o200kPacked } from "../../lib/pages/tokens/build.ts";
 import { bytesOf } from "../../lib/pages/tokens/module.ts";
-import { fromIndexedForm, indexRanks, packRanks, rankTable } from "../../lib/pages/tokens/ranks.ts";
+import {
+  checkRanks,
+  fromIndexedForm,
+  indexRanks,
+  packRanks,
+  rankTable,
+} from "../../lib/pages/tokens/ranks.ts";
 import { type EnvRecord, testConfig, testContent } from "../_server.ts";
 
 /** `gpt-tokenizer`'s count, special-looking text counted as text (as the service counts it). */
@@ -173,6 +179,13 @@ Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts m
     assert.equal(count(text), reference(text), JSON.stringify(text));
   }
   assert.equal(count(""), 0);
+});
+
+Deno.test("checkRanks() accepts gpt-tokenizer's o200k_base ranks and refuses ranks its lookup would not all find", () => {
+  checkRanks(bpe);
+  assert.throws(() => checkRanks(["a", "b", "a"]), /rank 2 repeats an earlier rank's text/);
+  assert.throws(() => checkRanks([[0xff], [0xff]]), /rank 1 repeats an earlier rank's bytes/);
+  assert.throws(() => checkRanks(["\ud800"]), /rank 0 is not well-formed text/);
 });
 
 Deno.test("the build's module and file carry exactly the ranks packed from gpt-tokenizer, and count alike", async () => {

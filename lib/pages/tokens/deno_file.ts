@@ -1,6 +1,6 @@
 /**
- * Reads the indexed ranks (`ranks.ts`) that `deno task build:tokens` writes beside the bundle
- * (`dist/app/o200k_ranks.bin`), on Deno: one read into one buffer, used as it is, with nothing
+ * Reads the indexed ranks (`ranks.ts`) that `deno task build:tokens` writes beside this module and
+ * the bundle (`o200k_ranks.bin`), on Deno: one read into one buffer, used as it is, with nothing
  * parsed (a JavaScript module carrying the same bytes costs about 10 MiB more resident memory to
  * load, its text held and parsed; tests/bench/README.md, "Token counts and memory").
  *
@@ -11,11 +11,11 @@
  */
 
 /**
- * Where the file is: beside the bundle's chunks (this module bundled into `dist/app/`), then in
- * `dist/app/` seen from this module's place in the sources (and in the compiled binary, which
- * embeds it: `--include dist/app/o200k_ranks.bin`).
+ * The file, beside this module: `deno task build:tokens` writes it here for the sources (and the
+ * compiled binary, which embeds it: `--include`) and in `dist/app/` for the bundle, whose chunks
+ * this module is bundled into.
  */
-const PLACES = ["./o200k_ranks.bin", "../../../dist/app/o200k_ranks.bin"];
+const PLACE = "./o200k_ranks.bin";
 
 /** The bytes of `url`, or undefined when it cannot be read without asking or is missing. */
 function readIfAllowed(url: URL): Uint8Array | undefined {
@@ -51,11 +51,7 @@ function readIfAllowed(url: URL): Uint8Array | undefined {
  * ```
  */
 export function readBuiltRanks(): Uint8Array | undefined {
-  for (const place of PLACES) {
-    const bytes = readIfAllowed(new URL(place, import.meta.url));
-    if (bytes !== undefined) return bytes;
-  }
-  return undefined;
+  return readIfAllowed(new URL(PLACE, import.meta.url));
 }
 
 /**

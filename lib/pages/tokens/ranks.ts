@@ -9,8 +9,8 @@
  * table of rank slots (linear probing, at most half full): the *indexed* form, 4.4 MB, which the
  * build writes as one file that is used where it is read, without a loop over its contents.
  *
- * Packed form: a little-endian `u32` count, then one `u8` length per rank (0 for a rank no lookup
- * returns), then the bytes of every rank in order. Indexed form: a header of five `u32` (magic,
+ * Packed form: a little-endian `u32` count, then one `u8` length per rank (0 for a rank the encoding
+ * skips), then the bytes of every rank in order. Indexed form: a header of five `u32` (magic,
  * count, slots, length of the packed form, length of the split pattern), the split pattern as
  * `flags/source` in UTF-8 padded to four bytes, the offsets (`u32`, count + 1), the slots (`i32`,
  * rank + 1, 0 for empty), then the packed form; typed arrays of the platform's byte order, checked
@@ -43,80 +43,81 @@ export interface IndexedRanks {
 const encoder = new TextEncoder();
 const strictDecoder = new TextDecoder("utf-8", { fatal: true });
 
-/** The text of `bytes` when they are valid UTF-8, as `gpt-tokenizer` decides it (else undefined). */
-function utf8Text(bytes: Uint8Array): string | undefined {
+/** Whether `bytes` are valid UTF-8 (as `gpt-tokenizer` decides which lookup a sequence goes to). */
+function isUtf8(bytes: Uint8Array): boolean {
   try {
-    return strictDecoder.decode(bytes);
+    strictDecoder.decode(bytes);
+    return true;
   } catch {
-    return undefined;
+    return false;
   }
 }
 
 /**
- * The bytes of each rank that `gpt-tokenizer` finds when it looks a byte sequence up, by rank:
- * valid UTF-8 is looked up as text (where a later rank of the same text wins), other bytes in its
- * list of binary ranks. A rank its lookup never returns is left empty.
+ * Checks that `gpt-tokenizer`'s lookup finds the ranks of `ranks` as {@linkcode packRanks} packs
+ * them, so that the count is its count: no text twice (its `Map` keeps the later), no text that is
+ * not well-formed, no bytes twice (its binary search would find either). Run by the build and the
+ * tests: it holds sets of every rank, which the service itself never builds.
  *
- * @throws Error when a rank's text is not well-formed, or two binary ranks hold the same bytes
- * (`gpt-tokenizer`'s lookup would then depend on its sort: the count could not follow it)
+ * @throws Error naming the first rank that breaks one of these
  */
-function reachableBytes(ranks: RankSource): Array<Uint8Array | undefined> {
-  const byText = new Map<string, number>();
-  const byBytes = new Map<string, number>();
-  const bytes: Array<Uint8Array | undefined> = [];
+export function checkRanks(ranks: RankSource): void {
+  const texts = new Set<string>();
+  const binaries = new Set<string>();
   for (let rank = 0; rank < ranks.length; rank++) {
     const value = ranks[rank];
     if (value === undefined) continue;
     if (typeof value === "string") {
       if (!value.isWellFormed()) throw new Error(`rank ${rank} is not well-formed text`);
-      byText.set(value, rank);
-      bytes[rank] = encoder.encode(value);
+      if (texts.has(value)) throw new Error(`rank ${rank} repeats an earlier rank's text`);
+      texts.add(value);
       continue;
     }
-    const raw = Uint8Array.from(value);
-    const key = raw.join(",");
-    if (byBytes.has(key)) {
-      throw new Error(`ranks ${byBytes.get(key)} and ${rank} hold the same bytes`);
-    }
-    byBytes.set(key, rank);
-    bytes[rank] = raw;
+    const key = value.join(",");
+    if (binaries.has(key)) throw new Error(`rank ${rank} repeats an earlier rank's bytes`);
+    binaries.add(key);
   }
-  return bytes.map((raw, rank) => {
-    if (raw === undefined) return undefined;
-    const text = utf8Text(raw);
-    const found = text === undefined ? byBytes.get(raw.join(",")) : byText.get(text);
-    return found === rank ? raw : undefined;
-  });
 }
 
 /**
- * Packs `ranks` (`gpt-tokenizer`'s `bpeRanks/o200k_base`) into the packed form.
+ * Packs `ranks` (`gpt-tokenizer`'s `bpeRanks/o200k_base`, as {@linkcode checkRanks} accepts them)
+ * into the packed form, writing each rank's bytes straight into one array; a rank given as bytes
+ * that are valid UTF-8 is left empty, as `gpt-tokenizer` looks such bytes up among the text ranks.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * const table = rankTable(indexRanks(packRanks(["a", "b", "ab", [0xff]])));
+ * const table = rankTable(indexRanks(packRanks(["a", "b", "ab", [0xff], [0x61, 0x62]])));
  * assert.equal(table.rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
  * assert.equal(table.rankOf(new Uint8Array([0xff]), 0, 1), 3);
  * assert.equal(table.rankOf(new TextEncoder().encode("ba"), 0, 2), -1);
+ * assert.equal(table.size, 5); // rank 4, "ab" as bytes, is never found: "ab" is rank 2
  * ```
  */
 export function packRanks(ranks: RankSource): Uint8Array {
-  const bytes = reachableBytes(ranks);
   const size = ranks.length;
-  const total = bytes.reduce((sum, raw) => sum + (raw?.length ?? 0), 0);
-  const packed = new Uint8Array(4 + size + total);
+  let most = 4 + size;
+  for (let rank = 0; rank < size; rank++) most += 3 * (ranks[rank]?.length ?? 0);
+  const packed = new Uint8Array(most);
   new DataView(packed.buffer).setUint32(0, size, true);
   let offset = 4 + size;
   for (let rank = 0; rank < size; rank++) {
-    const raw = bytes[rank];
-    if (raw === undefined) continue;
-    if (raw.length > 255) throw new Error(`rank ${rank} is longer than 255 bytes`);
-    packed[4 + rank] = raw.length;
-    packed.set(raw, offset);
-    offset += raw.length;
+    const value = ranks[rank];
+    if (value === undefined) continue;
+    let length: number;
+    if (typeof value === "string") {
+      length = encoder.encodeInto(value, packed.subarray(offset)).written;
+    } else {
+      // Bytes that are valid UTF-8 are looked up as text, among the text ranks: never this one.
+      if (isUtf8(Uint8Array.from(value))) continue;
+      packed.set(value, offset);
+      length = value.length;
+    }
+    if (length > 255) throw new Error(`rank ${rank} is longer than 255 bytes`);
+    packed[4 + rank] = length;
+    offset += length;
   }
-  return packed;
+  return packed.slice(0, offset);
 }
 
 /** FNV-1a of `bytes[start..end)`: spreads the ranks' bytes evenly over the slots. */
