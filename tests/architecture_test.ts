@@ -310,6 +310,15 @@ Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, 
 const PLATFORM_FOLDERS = ["lib/server/", "lib/workers/"];
 
 /**
+ * Modules outside the entry folders that use Deno's API, each with why: none may be added without
+ * one. `lib/pages/tokens/deno_file.ts` reads the token ranks' file that the build writes beside it
+ * (and beside the bundle), so it lives beside the ranks; `tokens.ts` imports it only when `Deno` is
+ * in `globalThis` (on Workers the ranks come from the bundle's module), so the Worker carries it
+ * but never runs it. To move behind a seam the Deno entry gives (issues 40 and 43).
+ */
+const DENO_ADAPTERS_OUTSIDE = ["lib/pages/tokens/deno_file.ts"];
+
+/**
  * The runtime APIs `source` uses: `Deno.` (a value or a type) and `cloudflare:` imports, as
  * "file:line what", found on the syntax tree (comments and strings do not count).
  */
@@ -387,7 +396,8 @@ async function workerRuntimeModules(): Promise<string[]> {
 
 Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers/ use Deno's API or import cloudflare:", async () => {
   const shared = (await workerRuntimeModules()).filter((path) =>
-    !PLATFORM_FOLDERS.some((folder) => path.startsWith(folder))
+    !PLATFORM_FOLDERS.some((folder) => path.startsWith(folder)) &&
+    !DENO_ADAPTERS_OUTSIDE.includes(path)
   );
   // The parts the issue names are among what the Worker runs (so this test covers them).
   for (

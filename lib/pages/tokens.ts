@@ -9,14 +9,14 @@
  * `countTokens` for any text (`tests/pages/tokens_test.ts`).
  *
  * This is the seam the request path calls, and it runs anywhere (Deno, Deno Deploy, the compiled
- * binary, a Cloudflare Worker): no thread, no file, no `Deno` API. `gpt-tokenizer` holds its ranks
- * as about 38 MiB of heap; here they are one packed byte array and a hash index, about 4 MiB
- * outside the heap (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The
- * build packs them (`deno task build:tokens`, part of `deno task build` and `deno task compile`)
- * into `dist/tokens/o200k_ranks.js`, a module of constants that every bundler carries; where it
- * was never built (the sources run as they are), they are packed here from `gpt-tokenizer`'s own
- * ranks, which then stay in the heap (lib/pages/README.md, "Markdown twins, token counts, content
- * signals").
+ * binary, a Cloudflare Worker): no thread, no file, no `Deno` API here. `gpt-tokenizer` holds its
+ * ranks as about 38 MiB of heap; here they are typed arrays outside the heap, 4.4 MB with their
+ * hash index (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The build
+ * (`deno task build:tokens`, part of `deno task build` and `deno task compile`) writes them as a
+ * file that Deno reads as it is (`tokens/deno_file.ts`), and as `dist/tokens/o200k_ranks.js`, a
+ * module of constants that every bundler carries; where neither was built or may be read, they are
+ * packed here from `gpt-tokenizer`'s own ranks, whose module then stays in the heap
+ * (lib/pages/README.md, "Markdown twins, token counts, content signals").
  *
  * Loaded when the first Markdown representation is built (the warm-up, or a Markdown request
  * before it), never before the first response (lib/README.md, "Cold start"); each body is counted
@@ -25,23 +25,42 @@
  * @module
  */
 
-import { once } from "../once.ts";
 import { tokenCounter } from "./tokens/bpe.ts";
-import type { RanksModule } from "./tokens/module.ts";
-import { bytesOf } from "./tokens/module.ts";
-import { packRanks, rankTable } from "./tokens/ranks.ts";
+import { bytesOf, type RanksModule } from "./tokens/module.ts";
+import {
+  fromIndexedForm,
+  type IndexedRanks,
+  indexRanks,
+  packRanks,
+  rankTable,
+  releaseRanks,
+} from "./tokens/ranks.ts";
 
 /** The encoding the counts are in. */
 export const TOKEN_ENCODING = "o200k_base";
 
-/** The packed ranks and split pattern the counter is made of. */
+/** The indexed ranks and split pattern the counter is made of. */
 interface Ranks {
-  packed: Uint8Array;
+  ranks: IndexedRanks;
   split: RegExp;
 }
 
-/** The build's ranks (`dist/tokens/o200k_ranks.js`), or undefined where it was never built. */
-async function builtRanks(): Promise<Ranks | undefined> {
+/**
+ * On Deno, the indexed ranks the build wrote beside the bundle (`tokens/deno_file.ts`), or whether
+ * the build's module may be imported without asking for a permission; elsewhere, that it may.
+ */
+async function onDeno(): Promise<Ranks | boolean> {
+  if (!("Deno" in globalThis)) return true;
+  const { mayRead, readBuiltRanks } = await import("./tokens/deno_file.ts");
+  const bytes = readBuiltRanks();
+  // The module the build writes for every bundler, seen from here. Made here, on Deno only: in a
+  // Worker `import.meta.url` is no absolute URL, and at module scope it failed the module.
+  const ranksModule = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
+  return bytes === undefined ? mayRead(ranksModule) : fromIndexedForm(bytes);
+}
+
+/** The build's module (`dist/tokens/o200k_ranks.js`), or undefined where it was never built. */
+async function builtModule(): Promise<Ranks | undefined> {
   let built: RanksModule;
   try {
     // A literal specifier: the bundle and the compiled binary carry the module.
@@ -52,7 +71,10 @@ async function builtRanks(): Promise<Ranks | undefined> {
   if (built.ENCODING !== TOKEN_ENCODING) {
     throw new Error(`dist/tokens/o200k_ranks.js holds ${built.ENCODING}, not ${TOKEN_ENCODING}`);
   }
-  return { packed: bytesOf(built.RANKS), split: new RegExp(built.SPLIT, built.SPLIT_FLAGS) };
+  return {
+    ranks: indexRanks(bytesOf(built.RANKS)),
+    split: new RegExp(built.SPLIT, built.SPLIT_FLAGS),
+  };
 }
 
 /** The ranks packed from `gpt-tokenizer`'s (its module stays loaded, its ranks in the heap). */
@@ -61,14 +83,33 @@ async function packageRanks(): Promise<Ranks> {
     import("gpt-tokenizer/bpeRanks/o200k_base"),
     import("gpt-tokenizer/encodingParams/constants"),
   ]);
-  return { packed: packRanks(bpe), split: O200K_TOKEN_SPLIT_REGEX };
+  return { ranks: indexRanks(packRanks(bpe)), split: O200K_TOKEN_SPLIT_REGEX };
 }
 
-/** The counter, made once: from the build's ranks, else from the package's. */
-const counter = once(async (): Promise<(text: string) => number> => {
-  const { packed, split } = await builtRanks() ?? await packageRanks();
-  return tokenCounter(rankTable(packed), split);
-});
+/** A counter, and how to free its ranks. */
+interface Counter {
+  count(text: string): number;
+  release(): void;
+}
+
+/** The counter: from the build's file (Deno), else its module, else the package's ranks. */
+async function makeCounter(): Promise<Counter> {
+  const found = await onDeno();
+  const { ranks, split } = typeof found === "object"
+    ? found
+    : (found ? await builtModule() : undefined) ?? await packageRanks();
+  return { count: tokenCounter(rankTable(ranks), split), release: () => releaseRanks(ranks) };
+}
+
+/**
+ * The counter while texts wait to be counted. Let go once none waits, its ranks (4.4 MB outside the
+ * heap) freed at once rather than kept for a count that may never come: each body is counted once,
+ * when its representation is built, nearly all of them by the warm-up at once. The next text makes
+ * it again, in a few milliseconds.
+ */
+let loaded: Promise<Counter> | undefined;
+/** How many texts wait for {@linkcode loaded}. */
+let waiting = 0;
 
 /**
  * The number of `o200k_base` tokens of `text`, as `gpt-tokenizer`'s `countTokens(text, {
@@ -83,5 +124,14 @@ const counter = once(async (): Promise<(text: string) => number> => {
  * ```
  */
 export async function countTokens(text: string): Promise<number> {
-  return (await counter())(text);
+  waiting++;
+  const counter = loaded ??= makeCounter();
+  try {
+    return (await counter).count(text);
+  } finally {
+    if (--waiting === 0) {
+      loaded = undefined;
+      (await counter).release();
+    }
+  }
 }

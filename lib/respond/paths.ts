@@ -9,6 +9,7 @@
 
 import type { Config } from "../config.ts";
 import { errorCatalog, errorMarkdown } from "../errors.ts";
+import { once } from "../once.ts";
 import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
@@ -90,11 +91,22 @@ export function buildAnswers(config: Config, content: Content): Answers {
   // on and can read the JSON 404; it has no path fields (Link...) to add. The paths without fields
   // of their own share these answers.
   const unknown = fixedAnswers(render, []);
+  // The Markdown 404 is counted with the first Markdown body, and a page and its twin (one text)
+  // once, so that the warm-up's counts are all made while the counter is loaded: pages/tokens.ts
+  // lets it go once nothing waits to be counted.
+  const notFoundTokens = once(() => countOf(notFoundMarkdown(config)));
+  const counted = new Map<string, Promise<number>>();
+  const count: Count = (text) => {
+    notFoundTokens().catch(() => {});
+    let tokens = counted.get(text);
+    if (tokens === undefined) counted.set(text, tokens = countOf(text));
+    return tokens;
+  };
   return {
-    paths: buildPaths(config, content, { render, shared: unknown }),
+    paths: buildPaths(config, content, { render, shared: unknown, count }),
     unknown,
     notFound: notFoundAnswers(render, {
-      markdownFields: async () => [tokensField(await countOf(notFoundMarkdown(config)))],
+      markdownFields: async () => [tokensField(await notFoundTokens())],
     }),
   };
 }
@@ -103,6 +115,12 @@ export function buildAnswers(config: Config, content: Content): Answers {
 function notFoundMarkdown(config: Config): string {
   return errorMarkdown("not_found", errorCatalog(config).not_found);
 }
+
+/** Counts the tokens of a text (`countOf`, with the Markdown 404's count started beside it). */
+type Count = (text: string) => Promise<number>;
+
+/** A Markdown representation of a body, with its header fields (`markdownCounted`). */
+type MarkdownLazy = (type: string, body: () => string, fields: readonly HeaderField[]) => Lazy;
 
 /** The header field carrying `tokens`. */
 function tokensField(tokens: number): HeaderField {
@@ -125,9 +143,10 @@ async function countOf(text: string): Promise<number> {
 function buildPaths(
   config: Config,
   content: Content,
-  parts: { render: ErrorRenderer; shared: FixedAnswers },
+  parts: { render: ErrorRenderer; shared: FixedAnswers; count: Count },
 ): Map<string, PathAnswers> {
   const { render, shared } = parts;
+  const markdown = markdownCounted(parts.count);
   const discovery = discoveryFields(config);
   // contentsignals.org: how the content may be used, on every HTML and Markdown response.
   const signal: HeaderField = ["content-signal", config.contentSignal];
@@ -136,7 +155,7 @@ function buildPaths(
     markdown(TYPES.markdown, () => content.platformMarkdown, [NEGOTIATED, signal, ...discovery]),
   ], fixedAnswers(render, discovery));
   const page = (which: Page, file: PageFile) =>
-    pageAnswers(which, content, { file, signal, shared });
+    pageAnswers(which, content, { file, signal, shared, markdown });
   const twin = (which: Page) =>
     pathAnswers([markdown(TYPES.markdown, () => which.markdown, [NOT_NEGOTIATED, signal])], shared);
   const text = (type: string, body: () => string) =>
@@ -205,19 +224,19 @@ function lazy(
 }
 
 /**
- * A Markdown representation (or llms.txt) with its token count ({@linkcode TOKENS_FIELD}), counted
- * when it is first built: its 200, HEAD and 304 carry the same count.
+ * Markdown representations (and llms.txt) with their token count ({@linkcode TOKENS_FIELD}) by
+ * `count`, counted when each is first built: its 200, HEAD and 304 carry the same count.
  */
-function markdown(type: string, body: () => string, fields: readonly HeaderField[]): Lazy {
-  return {
+function markdownCounted(count: Count): MarkdownLazy {
+  return (type, body, fields) => ({
     type: offeredAs(type),
     make: async () => {
       const text = body();
       return buildRepresentation(type, text, {
-        headers: [...fields, tokensField(await countOf(text)), ...COMMON_FIELDS],
+        headers: [...fields, tokensField(await count(text)), ...COMMON_FIELDS],
       });
     },
-  };
+  });
 }
 
 /**
@@ -229,7 +248,7 @@ function markdown(type: string, body: () => string, fields: readonly HeaderField
 function pageAnswers(
   page: Page,
   content: Content,
-  options: { file: PageFile; signal: HeaderField; shared: FixedAnswers },
+  options: { file: PageFile; signal: HeaderField; shared: FixedAnswers; markdown: MarkdownLazy },
 ): PathAnswers {
   return pathAnswers(
     [
@@ -239,7 +258,7 @@ function pageAnswers(
         options.signal,
         ["link", linkHeader(pageLinks(page.meta, content.site))],
       ]),
-      markdown(TYPES.markdown, () => page.markdown, [NEGOTIATED, options.signal]),
+      options.markdown(TYPES.markdown, () => page.markdown, [NEGOTIATED, options.signal]),
     ],
     options.shared,
     () => content.prepareMarkdown(options.file),

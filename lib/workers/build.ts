@@ -52,13 +52,7 @@ export async function buildWorker(root: string, deno = Deno.execPath()): Promise
   );
   // The token counts' ranks as a module of constants (`deno task build:tokens`), which the bundle
   // carries: the Worker counts exactly with no thread and no file (lib/pages/tokens.ts).
-  await run(deno, root, [
-    "run",
-    "--frozen",
-    "--allow-read=.",
-    "--allow-write=./dist/tokens",
-    "lib/pages/tokens/build.ts",
-  ]);
+  await run(deno, root, ["task", "--quiet", "build:tokens"]);
   await Deno.mkdir(`${root}/${WORKER_DIR}`, { recursive: true });
   await Deno.writeTextFile(`${root}/${WORKER_DIR}/entry.ts`, entrySource(files));
   await run(deno, root, [

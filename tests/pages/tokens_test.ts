@@ -16,9 +16,15 @@ import { MemoryStore } from "../../lib/limit/memory.ts";
 import { policyOf } from "../../lib/limit/decision.ts";
 import { countTokens } from "../../lib/pages/tokens.ts";
 import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
-import { o200kModule } from "../../lib/pages/tokens/build.ts";
+import { o200kFile, o200kModule, o200kPacked } from "../../lib/pages/tokens/build.ts";
 import { bytesOf } from "../../lib/pages/tokens/module.ts";
-import { packRanks, rankTable } from "../../lib/pages/tokens/ranks.ts";
+import {
+  checkRanks,
+  fromIndexedForm,
+  indexRanks,
+  packRanks,
+  rankTable,
+} from "../../lib/pages/tokens/ranks.ts";
 import { type EnvRecord, testConfig, testContent } from "../_server.ts";
 
 /** `gpt-tokenizer`'s count, special-looking text counted as text (as the service counts it). */
@@ -164,7 +170,7 @@ const PIECES = [
 ];
 
 Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts made to stress the split and the merge", () => {
-  const count = tokenCounter(rankTable(packRanks(bpe)), O200K_TOKEN_SPLIT_REGEX);
+  const count = tokenCounter(rankTable(indexRanks(packRanks(bpe))), O200K_TOKEN_SPLIT_REGEX);
   const next = random(40);
   for (let i = 0; i < 3000; i++) {
     let text = "";
@@ -175,21 +181,36 @@ Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts m
   assert.equal(count(""), 0);
 });
 
-Deno.test("the build's module carries exactly the ranks packed from gpt-tokenizer, and countTokens counts with them", async () => {
-  const packed = packRanks(bpe);
+Deno.test("checkRanks() accepts gpt-tokenizer's o200k_base ranks and refuses ranks its lookup would not all find", () => {
+  checkRanks(bpe);
+  assert.throws(() => checkRanks(["a", "b", "a"]), /rank 2 repeats an earlier rank's text/);
+  assert.throws(() => checkRanks([[0xff], [0xff]]), /rank 1 repeats an earlier rank's bytes/);
+  assert.throws(() => checkRanks(["\ud800"]), /rank 0 is not well-formed text/);
+});
+
+Deno.test("the build's module and file carry exactly the ranks packed from gpt-tokenizer, and count alike", async () => {
+  const packed = o200kPacked();
+  const indexed = indexRanks(packed);
+  const { ranks, split } = fromIndexedForm(o200kFile(packed));
+  assert.deepEqual(ranks.packed, packed);
+  assert.deepEqual(ranks.offsets, indexed.offsets);
+  assert.deepEqual(ranks.slots, indexed.slots);
+  assert.equal(split.source, O200K_TOKEN_SPLIT_REGEX.source);
+  assert.equal(split.flags, O200K_TOKEN_SPLIT_REGEX.flags);
   const dir = await Deno.makeTempDir();
   try {
     const file = `${dir}/o200k_ranks.js`;
-    await Deno.writeTextFile(file, o200kModule());
+    await Deno.writeTextFile(file, o200kModule(packed));
     const built = await import(new URL(`file://${file}`).href);
     assert.equal(built.ENCODING, "o200k_base");
     assert.deepEqual(bytesOf(built.RANKS), packed);
-    assert.equal(new RegExp(built.SPLIT, built.SPLIT_FLAGS).source, O200K_TOKEN_SPLIT_REGEX.source);
+    assert.equal(built.SPLIT, O200K_TOKEN_SPLIT_REGEX.source);
     assert.equal(built.SPLIT_FLAGS, O200K_TOKEN_SPLIT_REGEX.flags);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
-  // The seam, from whichever ranks this checkout has (the build's, else the package's).
   const text = "Ünïcode 法律 🚀 <|endoftext|> it's 1234567 — https://example.com/a_b\n\n";
+  assert.equal(tokenCounter(rankTable(ranks), split)(text), reference(text));
+  // The seam, from whichever ranks this checkout has (the build's, else the package's).
   assert.equal(await countTokens(text), reference(text));
 });

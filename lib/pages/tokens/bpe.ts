@@ -63,9 +63,10 @@ function chunkCount(table: RankTable, chunk: string): number {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { packRanks, rankTable } from "./ranks.ts";
+ * import { indexRanks, packRanks, rankTable } from "./ranks.ts";
  * // A toy encoding: its four bytes, then "ab", then "abc".
- * const count = tokenCounter(rankTable(packRanks(["a", "b", "c", " ", "ab", "abc"])), / ?[a-z]+/g);
+ * const ranks = indexRanks(packRanks(["a", "b", "c", " ", "ab", "abc"]));
+ * const count = tokenCounter(rankTable(ranks), / ?[a-z]+/g);
  * assert.equal(count("abc"), 1);
  * assert.equal(count("cab"), 2); // c, ab
  * assert.equal(count("abc cba"), 5); // abc, then " cba" in four: merges never cross chunks
