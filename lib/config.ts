@@ -106,11 +106,6 @@ export type EnvName = typeof ENV_NAMES[number];
 /** Where configuration comes from: a lookup by name, so tests can pass a plain object. */
 export type Env = (name: EnvName) => string | undefined;
 
-/** Reads {@linkcode ENV_NAMES} from `Deno.env` (needs `--allow-env`). */
-export function denoEnv(): Env {
-  return (name) => Deno.env.get(name);
-}
-
 /** Builds an {@linkcode Env} from a plain record, for tests and embedding. */
 export function recordEnv(record: Partial<Record<EnvName, string>>): Env {
   return (name) => record[name];

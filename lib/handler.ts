@@ -19,6 +19,7 @@ import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
 import {
   type Decision,
+  pending,
   policyOf,
   preflightDecision,
   rateLimitConstants,
@@ -88,10 +89,11 @@ export interface HandlerOptions {
  * import { loadConfig, recordEnv } from "./config.ts";
  * import { policyOf } from "./limit/decision.ts";
  * import { MemoryStore } from "./limit/memory.ts";
+ * import { DISK_STATIC_FILES } from "./server/static_files.ts";
  * import { loadContent } from "./pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const store = new MemoryStore(policyOf(loaded.config), { sweep: false });
  * const handler = createHandler({ config: loaded.config, content: content.content, store });
@@ -121,13 +123,14 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
       const preflight = (path?.fixed ?? answers.unknown).preflight;
       const granted = preflightDecision(store.peek(key, started));
-      return granted instanceof Promise
-        ? granted.then((decision) => cache.respond(preflight, decision))
+      return pending(granted)
+        ? Promise.resolve(granted).then((decision) => cache.respond(preflight, decision))
         : cache.respond(preflight, granted);
     }
+    // A thenable too: a Durable Object's RPC result is not `instanceof Promise` (`pending`).
     const decision = store.hit(key, started);
-    return decision instanceof Promise
-      ? decision.then((decided) => answer(request, path, decided))
+    return pending(decision)
+      ? Promise.resolve(decision).then((decided) => answer(request, path, decided))
       : answer(request, path, decision);
   };
 

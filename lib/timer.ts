@@ -32,3 +32,26 @@ export function later(ms: number, callback: () => void): () => void {
   signal.addEventListener("abort", listener, { once: true });
   return () => signal.removeEventListener("abort", listener);
 }
+
+/**
+ * Lets `timer` (a `setTimeout` or `setInterval` handle) not keep the process alive, where the
+ * runtime's timers can (Deno's are Node's, with `unref()`); elsewhere (Workers, whose handles are
+ * numbers and whose isolates the platform ends) nothing to do. For a background loop that must never
+ * hold a process, or a test, open; it names no runtime API, so the stores that use it run anywhere.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const timer = setInterval(() => {}, 60_000) as unknown as { hasRef(): boolean };
+ * assert.equal(timer.hasRef(), true);
+ * unref(timer);
+ * assert.equal(timer.hasRef(), false);
+ * unref(7); // a number, as Workers give: nothing to do
+ * clearInterval(timer as unknown as number);
+ * ```
+ */
+export function unref(timer: unknown): void {
+  if (typeof timer === "object" && timer !== null && "unref" in timer) {
+    (timer as { unref: () => void }).unref();
+  }
+}

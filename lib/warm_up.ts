@@ -68,7 +68,8 @@ export function warmUp(
     }
     setTimeout(next, 0);
   };
-  // Pages need the Markdown renderer, Markdown representations the tokenizer (`pages/tokens.ts`),
+  // Pages need the Markdown renderer, Markdown representations their token count (`pages/tokens.ts`,
+  // whose counter is made once for all of them, since they are built at once, and then let go),
   // and every path its representations (ETags from Web Crypto): build them first (a failure is
   // reported, and the path's built representations are still compressed).
   // Enabled once every path is built, so that their bodies are compressed one step at a time: each

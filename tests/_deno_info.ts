@@ -29,10 +29,10 @@ export interface DenoInfo {
   modules: Array<{ specifier: string; dependencies?: InfoDependency[] }>;
 }
 
-/** Runs `deno info --json main.ts` in the project's root. */
-export async function denoInfo(): Promise<DenoInfo> {
+/** Runs `deno info --json <entry>` (main.ts unless told) in the project's root. */
+export async function denoInfo(entry = "main.ts"): Promise<DenoInfo> {
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", "main.ts"],
+    args: ["info", "--json", entry],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",

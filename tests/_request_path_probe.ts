@@ -13,10 +13,11 @@ import { loadConfig, recordEnv } from "../lib/config.ts";
 import { policyOf } from "../lib/limit/decision.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { loadContent } from "../lib/pages/content.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 const loaded = loadConfig(recordEnv({}));
 if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
-const content = loadContent(loaded.config);
+const content = loadContent(loaded.config, DISK_STATIC_FILES);
 if (!content.ok) throw new Error(content.errors.join("\n"));
 const store = new MemoryStore(policyOf(loaded.config), { sweep: false });
 const handler = createHandler({

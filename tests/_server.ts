@@ -21,6 +21,7 @@ import { MemoryStore } from "../lib/limit/memory.ts";
 import type { PathAnswers } from "../lib/respond/answers.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [
@@ -89,7 +90,7 @@ export function testConfig(env: EnvRecord = {}): Config {
 
 /** Loads the content of `static/` for `config`, throwing on any problem. */
 export function testContent(config: Config): Content {
-  const result = loadContent(config);
+  const result = loadContent(config, DISK_STATIC_FILES);
   if (!result.ok) throw new Error(`static content is invalid:\n${result.errors.join("\n")}`);
   return result.content;
 }
@@ -230,6 +231,9 @@ export async function rawRequest(
       const n = await conn.read(buffer);
       if (n === null) break;
       chunks.push(buffer.slice(0, n));
+      // A server that keeps the connection open despite `Connection: close` (miniflare's, in
+      // front of workerd) has still sent the whole message by now.
+      if (messageComplete(concat(chunks), method)) break;
     }
   } finally {
     conn.close();
@@ -245,6 +249,21 @@ function concat(chunks: Uint8Array[]): Uint8Array {
     offset += chunk.length;
   }
   return out;
+}
+
+/** Whether `bytes` hold a whole response: its head, and its body as long as it says. */
+function messageComplete(bytes: Uint8Array, method: string): boolean {
+  const end = indexOfCrlfCrlf(bytes);
+  if (end === -1) return false;
+  const head = DECODER.decode(bytes.subarray(0, end)).toLowerCase();
+  const status = Number(/^http\/1\.1 (\d{3})/.exec(head)?.[1]);
+  if (method === "HEAD" || status === 204 || status === 304) return true;
+  const length = /\r\ncontent-length:\s*(\d+)/.exec(head)?.[1];
+  if (length !== undefined) return bytes.length - end - 4 >= Number(length);
+  if (/\r\ntransfer-encoding:\s*chunked/.test(head)) {
+    return DECODER.decode(bytes.subarray(bytes.length - 5)) === "0\r\n\r\n";
+  }
+  return false;
 }
 
 function indexOfCrlfCrlf(bytes: Uint8Array): number {

@@ -12,6 +12,7 @@ import { countTokens } from "npm:gpt-tokenizer@4.0.0/encoding/o200k_base";
 import { XMLParser, XMLValidator } from "npm:fast-xml-parser@5.12.1";
 import { loadContent } from "../lib/pages/content.ts";
 import { startServer, testConfig } from "./_server.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -138,7 +139,7 @@ Deno.test("the content signal is in robots.txt, after the policy's comment, and 
 Deno.test("robots.txt takes each configuration value on one line: none can add a rule", () => {
   // Past the configuration's own checks (a value with a line break is refused there too).
   const config = { ...testConfig(), name: "Acme\nDisallow: /\r\nUser-agent: evil" };
-  const loaded = loadContent(config);
+  const loaded = loadContent(config, DISK_STATIC_FILES);
   if (!loaded.ok) assert.fail(loaded.errors.join("\n"));
   const robots = loaded.content.robots;
   assert.doesNotMatch(robots, /^Disallow/m);

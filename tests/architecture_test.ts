@@ -48,6 +48,9 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     // The process, main.ts's steps: configure, open the store, serve and stop, events, start-up
     // failures as sentences, Deno Deploy's environment.
     { layer: 7, group: "server", matches: (p) => p.startsWith("lib/server/") },
+    // Cloudflare Workers' entry folder: the Worker, its bindings and store, the Durable Object
+    // class it exports, its build and local server.
+    { layer: 7, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
     { layer: 8, group: "main", matches: (p) => p === "main.ts" },
   ];
 
@@ -57,13 +60,19 @@ const MAX_FUNCTION_LINES = 65;
 /** A module graph: each module's path (relative to the root) and the local modules it imports. */
 type Graph = Map<string, string[]>;
 
-/** The local part of `deno info --json main.ts`. */
+/**
+ * The entry points of the service, one per runtime: Deno's, and the Workers runtime's (the Worker,
+ * and the Durable Object class its built entry exports beside it: `lib/workers/build.ts`).
+ */
+const ENTRIES = ["main.ts", "lib/workers/worker.ts", "lib/workers/rate_limiter_object.ts"];
+
+/** The local part of `deno info --json` of every entry in {@linkcode ENTRIES}. */
 async function moduleGraph(): Promise<Graph> {
-  const info = await denoInfo();
+  const infos = await Promise.all(ENTRIES.map((entry) => denoInfo(entry)));
   const local = (specifier: string) =>
     specifier.startsWith("file:") ? relative(ROOT, fileURLToPath(specifier)) : undefined;
   const graph: Graph = new Map();
-  for (const module of info.modules) {
+  for (const module of infos.flatMap((info) => info.modules)) {
     const path = local(module.specifier);
     if (path === undefined) continue;
     const imports = new Set<string>();
@@ -162,7 +171,7 @@ Deno.test("no module imports from a higher layer, nor from another group of its 
   assert.deepEqual(layerViolations(await moduleGraph()), []);
 });
 
-Deno.test("every module of lib/ belongs to a layer and is reached from main.ts or is a build step", async () => {
+Deno.test("every module of lib/ belongs to a layer and is reached from an entry or is a build step", async () => {
   const graph = await moduleGraph();
   const files = await libFiles();
   assert.ok(files.length > 20, `lib/ has its modules (${files.length})`);
@@ -177,13 +186,19 @@ Deno.test("every module of lib/ belongs to a layer and is reached from main.ts o
   );
   assert.deepEqual(
     buildSteps,
-    ["lib/pages/render_pages.ts", "lib/server/entry.ts"],
+    [
+      "lib/pages/render_pages.ts",
+      "lib/pages/tokens/build.ts",
+      "lib/server/entry.ts",
+      "lib/workers/build.ts",
+      "lib/workers/dev.ts",
+    ],
     "build steps run by a task",
   );
   assert.deepEqual(
     files.filter((file) => !graph.has(file) && !buildSteps.includes(file)),
     [],
-    "modules main.ts never reaches",
+    "modules no entry reaches",
   );
 });
 
@@ -289,4 +304,132 @@ Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, 
     modules.length <= MAX_REQUEST_PATH_MODULES,
     `${modules.length} modules: ${modules.join(", ")}`,
   );
+});
+
+/** The folders where a runtime's API may be used: one entry folder per runtime. */
+const PLATFORM_FOLDERS = ["lib/server/", "lib/workers/"];
+
+/**
+ * Modules outside the entry folders that use Deno's API, each with why: none may be added without
+ * one. `lib/pages/tokens/deno_file.ts` reads the token ranks' file that the build writes beside it
+ * (and beside the bundle), so it lives beside the ranks; `tokens.ts` imports it only when `Deno` is
+ * in `globalThis` (on Workers the ranks come from the bundle's module), so the Worker carries it
+ * but never runs it. To move behind a seam the Deno entry gives (issues 40 and 43).
+ */
+const DENO_ADAPTERS_OUTSIDE = ["lib/pages/tokens/deno_file.ts"];
+
+/**
+ * The runtime APIs `source` uses: `Deno.` (a value or a type) and `cloudflare:` imports, as
+ * "file:line what", found on the syntax tree (comments and strings do not count).
+ */
+function runtimeApiUses(source: string, file: string): string[] {
+  const tree = ts.createSourceFile(file, source, ts.ScriptTarget.Latest, true);
+  const found: string[] = [];
+  const at = (node: ts.Node, what: string) =>
+    found.push(
+      `${file}:${tree.getLineAndCharacterOfPosition(node.getStart(tree)).line + 1} ${what}`,
+    );
+  const visit = (node: ts.Node) => {
+    if (
+      (ts.isPropertyAccessExpression(node) && ts.isIdentifier(node.expression) &&
+        node.expression.text === "Deno") ||
+      (ts.isQualifiedName(node) && ts.isIdentifier(node.left) && node.left.text === "Deno")
+    ) {
+      at(node, node.getText(tree));
+    } else if (
+      (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) &&
+      node.moduleSpecifier !== undefined && ts.isStringLiteral(node.moduleSpecifier) &&
+      node.moduleSpecifier.text.startsWith("cloudflare:")
+    ) {
+      at(node, `import "${node.moduleSpecifier.text}"`);
+    } else if (
+      ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword &&
+      node.arguments[0] !== undefined && ts.isStringLiteral(node.arguments[0]) &&
+      node.arguments[0].text.startsWith("cloudflare:")
+    ) {
+      at(node, `import("${node.arguments[0].text}")`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(tree);
+  return found;
+}
+
+Deno.test("runtimeApiUses() finds Deno's values and types and cloudflare: imports, not comments", () => {
+  const source = [
+    "// Deno.exit in a comment",
+    'import { DurableObject } from "cloudflare:workers";',
+    "const text = Deno.readTextFileSync('x');",
+    "let addr: Deno.Addr;",
+    'const s = "Deno.env";',
+    'await import("cloudflare:sockets");',
+  ].join("\n");
+  assert.deepEqual(runtimeApiUses(source, "x.ts"), [
+    'x.ts:2 import "cloudflare:workers"',
+    "x.ts:3 Deno.readTextFileSync",
+    "x.ts:4 Deno.Addr",
+    'x.ts:6 import("cloudflare:sockets")',
+  ]);
+});
+
+/** The modules of `lib/` the Worker's entries run, by their code imports (types erase). */
+async function workerRuntimeModules(): Promise<string[]> {
+  const infos = await Promise.all(ENTRIES.slice(1).map((entry) => denoInfo(entry)));
+  const local = (specifier: string) =>
+    specifier.startsWith("file:") ? relative(ROOT, fileURLToPath(specifier)) : undefined;
+  const imports = new Map<string, string[]>();
+  for (const module of infos.flatMap((info) => info.modules)) {
+    const path = local(module.specifier);
+    if (path === undefined) continue;
+    const code = (module.dependencies ?? []).map((d) => d.code && local(d.code.specifier));
+    imports.set(path, code.filter((target): target is string => target !== undefined));
+  }
+  const reached = new Set<string>();
+  const visit = (path: string) => {
+    if (reached.has(path)) return;
+    reached.add(path);
+    for (const target of imports.get(path) ?? []) visit(target);
+  };
+  ENTRIES.slice(1).forEach(visit);
+  return [...reached].filter((path) => path.startsWith("lib/")).sort();
+}
+
+Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers/ use Deno's API or import cloudflare:", async () => {
+  const shared = (await workerRuntimeModules()).filter((path) =>
+    !PLATFORM_FOLDERS.some((folder) => path.startsWith(folder)) &&
+    !DENO_ADAPTERS_OUTSIDE.includes(path)
+  );
+  // The parts the issue names are among what the Worker runs (so this test covers them).
+  for (
+    const module of [
+      "lib/handler.ts",
+      "lib/http/negotiate.ts",
+      "lib/http/representation.ts",
+      "lib/pages/content.ts",
+      "lib/pages/layout.ts",
+      "lib/pages/markdown.ts",
+      "lib/limit/decision.ts",
+      "lib/limit/memory.ts",
+      "lib/limit/caller.ts",
+      "lib/respond/response_cache.ts",
+    ]
+  ) {
+    assert.ok(shared.includes(module), `${module} is not run by the Worker: ${shared.join(", ")}`);
+  }
+  const uses: string[] = [];
+  for (const file of shared) {
+    uses.push(...runtimeApiUses(await Deno.readTextFile(join(ROOT, file)), file));
+  }
+  assert.deepEqual(uses, []);
+  // And no module outside the two entry folders imports cloudflare:, whatever runs it.
+  const cloudflare: string[] = [];
+  for (const file of await libFiles()) {
+    if (PLATFORM_FOLDERS.some((folder) => file.startsWith(folder))) continue;
+    cloudflare.push(
+      ...runtimeApiUses(await Deno.readTextFile(join(ROOT, file)), file).filter((use) =>
+        use.includes("cloudflare:")
+      ),
+    );
+  }
+  assert.deepEqual(cloudflare, []);
 });

@@ -400,6 +400,41 @@ for (const mode of ["throw", "reject"] as const) {
   });
 }
 
+/**
+ * A store whose answers are thenables that are not `instanceof Promise`, as a Durable Object's RPC
+ * results are on Workers; the decisions are the memory store's.
+ */
+class ThenableStore implements RateLimitStore {
+  constructor(readonly inner: MemoryStore) {}
+  hit(key: string, now: number): Promise<Decision> {
+    const decision = this.inner.hit(key, now);
+    return { then: (resolve: (d: Decision) => unknown) => resolve(decision) } as Promise<Decision>;
+  }
+  peek(key: string, now: number): Promise<Decision> {
+    const decision = this.inner.peek(key, now);
+    return { then: (resolve: (d: Decision) => unknown) => resolve(decision) } as Promise<Decision>;
+  }
+  close(): void {}
+}
+
+Deno.test("a store answering thenables that are not promises (a Durable Object's RPC) is waited for, not taken for a decision", async () => {
+  const config = testConfig({});
+  const store = new ThenableStore(new MemoryStore(policyOf(config), { sweep: false }));
+  const { handler, errors } = setup({}, store);
+  const first = await send(handler, "/api/v1/platform");
+  assert.equal(first.response.status, 200);
+  assert.equal(first.response.headers.get("ratelimit-remaining"), "59");
+  const preflight = await send(handler, "/api/v1/platform", {
+    method: "OPTIONS",
+    headers: PREFLIGHT,
+  });
+  assert.equal(preflight.response.status, 204);
+  assert.equal(preflight.response.headers.get("ratelimit-remaining"), "59");
+  for (let i = 0; i < 59; i++) await send(handler, "/api/v1/platform");
+  assert.equal((await send(handler, "/api/v1/platform")).response.status, 429);
+  assert.deepEqual(errors, []);
+});
+
 Deno.test("a 500 still carries what the served OpenAPI document requires of every response", async () => {
   // The document marks the five RateLimit fields required on InternalError, as on every response,
   // and says every response of /api/v1/platform, whatever its status, carries Link.

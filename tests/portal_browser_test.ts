@@ -31,6 +31,7 @@ import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 const AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"];
 const SCREENSHOTS = join(import.meta.dirname ?? ".", "screenshots");
@@ -80,7 +81,7 @@ function startServer(): { origin: string; server: Deno.HttpServer } {
     recordEnv({ PUBLIC_BASE_URL: origin, RATE_LIMIT: "100000", ACCESS_LOG: "false" }),
   );
   if (!config.ok) throw new Error(config.errors.join("\n"));
-  const content = loadContent(config.config);
+  const content = loadContent(config.config, DISK_STATIC_FILES);
   if (!content.ok) throw new Error(content.errors.join("\n"));
   slot.handler = createHandler({
     config: config.config,

@@ -13,6 +13,7 @@ import { loadContent } from "../lib/pages/content.ts";
 import { linkHeader, pageLinks, renderPage } from "../lib/pages/layout.ts";
 import { MemoryStore } from "../lib/limit/memory.ts";
 import { enableCompression } from "../lib/http/representation.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 // Compressed variants are built once compression is enabled: the service's warm-up enables it 0.5 s
 // after start-up; these tests assert codings, so they enable it first (cold_start_imports_test.ts
@@ -34,7 +35,7 @@ function build(): Handler {
     recordEnv({ PUBLIC_BASE_URL: BASE, RATE_LIMIT: "1000", ACCESS_LOG: "false" }),
   );
   if (!config.ok) throw new Error(config.errors.join("\n"));
-  const content = loadContent(config.config);
+  const content = loadContent(config.config, DISK_STATIC_FILES);
   if (!content.ok) throw new Error(content.errors.join("\n"));
   return createHandler({
     config: config.config,

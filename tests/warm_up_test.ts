@@ -13,6 +13,7 @@ import { loadConfig, recordEnv } from "../lib/config.ts";
 import { negotiatorLoaded } from "../lib/http/negotiate.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
+import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 const BODY = "x".repeat(2_000);
 
@@ -83,7 +84,7 @@ Deno.test("warmUp() stops once its signal is aborted and never reports done", as
 Deno.test("warmUp() over the service's routes compresses every representation without loading negotiator", async () => {
   const loaded = loadConfig(recordEnv({}));
   assert.ok(loaded.ok);
-  const content = loadContent(loaded.config);
+  const content = loadContent(loaded.config, DISK_STATIC_FILES);
   assert.ok(content.ok);
   const routes = [...buildAnswers(loaded.config, content.content).paths.values()];
   const { promise, resolve } = Promise.withResolvers<{ variants: number; ms: number }>();

@@ -103,10 +103,14 @@ export async function buildRepresentation(
     : new Uint8Array(body);
   const variantOf = variantBuilder(type, await digest(identityBytes), options);
   const identity = variantOf(identityBytes, "identity");
-  // A coding that does not make the body smaller shares the identity variant.
+  // A coding that does not make the body smaller shares the identity variant; so does one the
+  // runtime cannot produce (Workers' CompressionStream has no brotli), each coding on its own: a
+  // missing br never keeps gzip from being built.
   const coded = async (encoding: "br" | "gzip"): Promise<Variant> => {
-    const encoded = await compressBytes(identityBytes, encoding);
-    return encoded.length < identityBytes.length ? variantOf(encoded, encoding) : identity;
+    const encoded = await compressBytes(identityBytes, encoding).catch(() => undefined);
+    return encoded !== undefined && encoded.length < identityBytes.length
+      ? variantOf(encoded, encoding)
+      : identity;
   };
   let br: Variant | undefined;
   let gzip: Variant | undefined;

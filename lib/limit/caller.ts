@@ -34,10 +34,21 @@ export interface CidrSet {
  */
 export const NO_ADDRESS_KEY = "unix";
 
-/** The peer address of a connection, as `Deno.ServeHandlerInfo` gives it. */
+/**
+ * The peer address of a connection, as a server gives it (Deno's `ServeHandlerInfo`; the Worker
+ * makes one from `CF-Connecting-IP`): an IP peer has a `hostname`, a unix-socket or vsock one only
+ * its `transport`.
+ */
 export interface PeerInfo {
   /** The remote address; only `hostname` is used. */
-  remoteAddr: { hostname: string } | Deno.Addr;
+  remoteAddr:
+    | { readonly hostname: string; readonly transport?: string; readonly port?: number }
+    | {
+      readonly transport: string;
+      readonly path?: string;
+      readonly cid?: number;
+      readonly port?: number;
+    };
 }
 
 /** Options of {@linkcode callerKey}. */

@@ -195,7 +195,30 @@ export function rateLimitFields(
 export function preflightDecision(
   peeked: Decision | Promise<Decision>,
 ): Decision | Promise<Decision> {
-  return peeked instanceof Promise ? peeked.then(granted) : granted(peeked);
+  return pending(peeked) ? Promise.resolve(peeked).then(granted) : granted(peeked);
+}
+
+/**
+ * Whether a store's answer is still to come: a promise, or any other thenable. A Durable Object's
+ * RPC result on Workers is a thenable that is not `instanceof Promise`; taken for a decision, it
+ * made every request answer 500. A decision is a plain object without `then`. Give a thenable to
+ * `Promise.resolve` before chaining it.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+ * assert.equal(pending(decision), false);
+ * assert.equal(pending(Promise.resolve(decision)), true);
+ * const thenable: PromiseLike<typeof decision> = {
+ *   then: (resolve) => Promise.resolve(resolve?.(decision)) as never,
+ * };
+ * assert.equal(pending(thenable), true);
+ * assert.deepEqual(await Promise.resolve(thenable), decision);
+ * ```
+ */
+export function pending<T extends object>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return value instanceof Promise || typeof (value as { then?: unknown }).then === "function";
 }
 
 function granted(decision: Decision): Decision {

@@ -25,7 +25,7 @@ import {
   CircuitBreaker,
   type CircuitBreakerOptions,
 } from "./circuit_breaker.ts";
-import type { Decision, RateLimitPolicy, RateLimitStore } from "./decision.ts";
+import { type Decision, pending, type RateLimitPolicy, type RateLimitStore } from "./decision.ts";
 
 /** How late a timeout's timer may fire before the loop counts as busy, in ms. */
 export const LOOP_LAG_TOLERANCE_MS = 10;
@@ -186,8 +186,8 @@ export class GuardedStore implements RateLimitStore {
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision | Promise<Decision> {
     const result = this.#call(() => this.#store.hit(key, now), this.#hitFallback);
-    return result instanceof Promise
-      ? result.then((decision) => this.#remember(key, now, decision))
+    return pending(result)
+      ? Promise.resolve(result).then((decision) => this.#remember(key, now, decision))
       : this.#remember(key, now, result);
   }
 
@@ -228,11 +228,11 @@ export class GuardedStore implements RateLimitStore {
       this.#failed(error);
       return fallback;
     }
-    if (!(result instanceof Promise)) {
+    if (!pending(result)) {
       this.#succeeded();
       return result;
     }
-    return this.#bounded(result).then(
+    return this.#bounded(Promise.resolve(result)).then(
       (decision) => {
         this.#succeeded();
         return decision;

@@ -43,6 +43,7 @@ import { decodeHits, HitWriter } from "./hit_codec.ts";
 import type { HitLog, LogBatch } from "./hit_log.ts";
 import { MemoryStore, type MemoryStoreMemory } from "./memory.ts";
 import { type ClockVerdict, PeerClocks } from "./peer_clocks.ts";
+import { unref } from "../timer.ts";
 
 /** The reports of a sync outage or overflow; limiting goes on by the local store meanwhile. */
 export type SyncIncident =
@@ -463,7 +464,7 @@ export class LocalFirstStore implements RateLimitStore {
       });
     }, delayMs);
     // The loop must never keep a process (or a test) alive.
-    Deno.unrefTimer(this.#timer);
+    unref(this.#timer);
   }
 
   /**

@@ -24,7 +24,7 @@ import {
   twoRequests,
 } from "./run_log.ts";
 import { type LogPool, MAX_POOLED } from "./log_pool.ts";
-import { later } from "../timer.ts";
+import { later, unref } from "../timer.ts";
 
 /** Options of {@linkcode MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -157,7 +157,7 @@ export class MemoryStore implements RateLimitStore {
     this.#cancelStart = undefined;
     const timer = setInterval(() => this.sweep(this.#now()), SWEEP_INTERVAL_MS);
     // The sweep must never keep a process (or a test) alive.
-    Deno.unrefTimer(timer);
+    unref(timer);
     this.#timer = timer;
   }
 

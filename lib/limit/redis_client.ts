@@ -15,6 +15,7 @@ import { createClient, createCluster, createSentinel, ErrorReply } from "@redis/
 import slotModule from "@redis/client/dist/lib/utils/calculate-slot.js";
 import type { RateLimitPolicy } from "./decision.ts";
 import { SCRIPTS } from "./redis_scripts.ts";
+import { unref } from "../timer.ts";
 
 /** How Redis is deployed: one server, a cluster, or a primary and replicas watched by Sentinel. */
 export type RedisType = "single" | "cluster" | "sentinel";
@@ -352,7 +353,7 @@ class Connection implements RedisStoreClient {
     this.#open();
     this.#ticker = setInterval(() => this.#checkSilence(), SILENCE_TICK_MS);
     // The check must never keep a process (or a test) alive.
-    Deno.unrefTimer(this.#ticker);
+    unref(this.#ticker);
   }
 
   /** Builds the client of the target's type and starts connecting it. */

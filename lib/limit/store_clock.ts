@@ -35,6 +35,7 @@
  */
 
 import type { Decision } from "./decision.ts";
+import { unref } from "../timer.ts";
 
 /** An offset above this, either way, is reported once per episode (ms). */
 export const WARN_OFFSET_MS = 1000;
@@ -217,7 +218,7 @@ export class StoreClock {
       this.sample().catch(() => {}).finally(() => this.#schedule(this.#intervalMs));
     }, delayMs);
     // The clock must never keep a process (or a test) alive.
-    Deno.unrefTimer(this.#timer);
+    unref(this.#timer);
   }
 }
 

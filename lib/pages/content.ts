@@ -314,10 +314,40 @@ export function summaryOf(markdown: string): string | undefined {
   return undefined;
 }
 
-function unreadableDirMessage(dir: string, error: Error): string {
-  return error instanceof Deno.errors.NotCapable
+function unreadableDirMessage(dir: string, error: UnreadableFolderError): string {
+  return error.reason === "not-granted"
     ? `static/ (${dir}) may not be read by this process: grant --allow-read for that folder (deno task start does)`
     : `static/ (${dir}) is not readable by this user: give the service's user read access to that folder`;
+}
+
+/**
+ * What a reader of {@linkcode loadContent} throws when the folder itself may not be read (the runtime
+ * did not grant it, or the user lacks the right): one sentence for the folder rather than one per
+ * file. The runtime's own errors are translated where the runtime is (`lib/server/static_files.ts`),
+ * so that this module names no runtime API.
+ */
+export class UnreadableFolderError extends Error {
+  /** Not granted by the runtime's permissions, or denied by the file system. */
+  readonly reason: "not-granted" | "denied";
+
+  /** An unreadable folder, for `reason`. */
+  constructor(reason: "not-granted" | "denied", options?: ErrorOptions) {
+    super(`the folder may not be read (${reason})`, options);
+    this.name = "UnreadableFolderError";
+    this.reason = reason;
+  }
+}
+
+/** Where {@linkcode loadContent} reads the static files: a folder and a reader of a file's text. */
+export interface StaticFiles {
+  /** The folder (default {@linkcode STATIC_DIR}). */
+  dir?: string;
+  /**
+   * Reads a file's text: from the disk under Deno (`lib/server/static_files.ts`), from the bundle on
+   * Workers (`lib/workers/`), from a record in tests. Throws {@linkcode UnreadableFolderError} when
+   * the folder may not be read at all.
+   */
+  read: (path: string) => string;
 }
 
 /** The files of {@linkcode STATIC_FILES}, by name. */
@@ -329,14 +359,11 @@ type FilledTexts = Omit<StaticTexts, "openapi.json">;
 /**
  * Reads, fills and renders everything under `dir`.
  *
- * @param read reads a file's text; injected so tests can use an in-memory folder
+ * @param source the folder and its reader: the disk, the bundle, or an in-memory folder in tests
  */
-export function loadContent(
-  config: Config,
-  options: { dir?: string; read?: (path: string) => string } = {},
-): ContentResult {
-  const dir = options.dir ?? STATIC_DIR;
-  const read = options.read ?? ((path: string) => Deno.readTextFileSync(path));
+export function loadContent(config: Config, source: StaticFiles): ContentResult {
+  const dir = source.dir ?? STATIC_DIR;
+  const read = source.read;
   const values = placeholders(config);
   const loaded = readStaticFiles(dir, read, values, config.contentSignal);
   if (!loaded.ok) return loaded;
@@ -412,9 +439,7 @@ function readStaticFiles(
     try {
       raw = read(`${dir}/${name}`);
     } catch (error) {
-      if (
-        error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied
-      ) {
+      if (error instanceof UnreadableFolderError) {
         // One sentence for the folder rather than one per file: the fix is the same for all.
         return { ok: false, errors: [unreadableDirMessage(dir, error)] };
       }

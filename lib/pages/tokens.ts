@@ -2,57 +2,120 @@
  * Token counts of the Markdown the service sends (`x-markdown-tokens`, as Cloudflare's Markdown for
  * Agents sends it), so that an agent can budget its context before reading a body.
  *
- * Counted with `gpt-tokenizer`'s `o200k_base`: the encoding of OpenAI's current models (GPT-4o,
- * GPT-4.1, the o-series, GPT-5), exact for them and a close estimate for other models, whose
- * tokenizers are mostly not published. The older `cl100k_base` (GPT-4, GPT-3.5) counts more tokens
- * for the same text, and Cloudflare does not say which encoding its own count uses.
+ * Counted in `o200k_base`: the encoding of OpenAI's current models (GPT-4o, GPT-4.1, the o-series,
+ * GPT-5), exact for them and a close estimate for other models, whose tokenizers are mostly not
+ * published. The older `cl100k_base` (GPT-4, GPT-3.5) counts more tokens for the same text, and
+ * Cloudflare does not say which encoding its own count uses. The count equals `gpt-tokenizer`'s
+ * `countTokens` for any text (`tests/pages/tokens_test.ts`).
  *
- * The encoding is a 2.4 MB module: parsing it takes about a quarter of a second, and its ranks stay
- * in the heap that loaded it (about 38 MiB), where every later garbage collection would walk them
- * (measured: about 5% of the JSON requests per second with many callers). So it is loaded in a
- * worker, this very module started as one, which counts every text it is sent and is terminated
- * once none is waiting: the service's own heap never holds the tokenizer, and its event loop never
- * waits for the parse. Where a worker cannot start, the module is imported in process instead.
- * This module is imported when the first Markdown representation is built, by the warm-up (0.5 s
- * after start-up) or by a Markdown request before it, never before the first response
- * (lib/README.md, "Cold start"). Each body is counted once, when its representation is built.
+ * This is the seam the request path calls, and it runs anywhere (Deno, Deno Deploy, the compiled
+ * binary, a Cloudflare Worker): no thread, no file, no `Deno` API here. `gpt-tokenizer` holds its
+ * ranks as about 38 MiB of heap; here they are typed arrays outside the heap, 4.4 MB with their
+ * hash index (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The build
+ * (`deno task build:tokens`, part of `deno task build` and `deno task compile`) writes them as a
+ * file that Deno reads as it is (`tokens/deno_file.ts`), and as `dist/tokens/o200k_ranks.js`, a
+ * module of constants that every bundler carries; where neither was built or may be read, they are
+ * packed here from `gpt-tokenizer`'s own ranks, whose module then stays in the heap
+ * (lib/pages/README.md, "Markdown twins, token counts, content signals").
+ *
+ * Loaded when the first Markdown representation is built (the warm-up, or a Markdown request
+ * before it), never before the first response (lib/README.md, "Cold start"); each body is counted
+ * once, when its representation is built.
  *
  * @module
  */
 
-import { once } from "../once.ts";
+import { tokenCounter } from "./tokens/bpe.ts";
+import { bytesOf, type RanksModule } from "./tokens/module.ts";
+import {
+  fromIndexedForm,
+  type IndexedRanks,
+  indexRanks,
+  packRanks,
+  rankTable,
+  releaseRanks,
+} from "./tokens/ranks.ts";
 
 /** The encoding the counts are in. */
 export const TOKEN_ENCODING = "o200k_base";
 
-/** Counts the tokens of a text. */
-type TokenCounter = (text: string) => number;
-
-/**
- * The counter in this thread: `gpt-tokenizer` imported once. Text that looks like a special token
- * (`<|endoftext|>`) is counted as the text it is, never refused: the content is the operator's and
- * agents read it as text.
- */
-const inProcess = once(async (): Promise<TokenCounter> => {
-  const { countTokens } = await import("gpt-tokenizer/encoding/o200k_base");
-  const asText = { disallowedSpecial: new Set<string>() };
-  return (text) => countTokens(text, asText);
-});
-
-/** A text sent to the worker and what its answer settles. */
-interface Waiting {
-  text: string;
-  resolve: (count: number) => void;
-  reject: (error: unknown) => void;
+/** The indexed ranks and split pattern the counter is made of. */
+interface Ranks {
+  ranks: IndexedRanks;
+  split: RegExp;
 }
 
-let worker: Worker | undefined;
-let workerFailed = false;
-const waiting = new Map<number, Waiting>();
-let nextId = 0;
+/**
+ * On Deno, the indexed ranks the build wrote beside the bundle (`tokens/deno_file.ts`), or whether
+ * the build's module may be imported without asking for a permission; elsewhere, that it may.
+ */
+async function onDeno(): Promise<Ranks | boolean> {
+  if (!("Deno" in globalThis)) return true;
+  const { mayRead, readBuiltRanks } = await import("./tokens/deno_file.ts");
+  const bytes = readBuiltRanks();
+  // The module the build writes for every bundler, seen from here. Made here, on Deno only: in a
+  // Worker `import.meta.url` is no absolute URL, and at module scope it failed the module.
+  const ranksModule = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
+  return bytes === undefined ? mayRead(ranksModule) : fromIndexedForm(bytes);
+}
+
+/** The build's module (`dist/tokens/o200k_ranks.js`), or undefined where it was never built. */
+async function builtModule(): Promise<Ranks | undefined> {
+  let built: RanksModule;
+  try {
+    // A literal specifier: the bundle and the compiled binary carry the module.
+    built = await import("../../dist/tokens/o200k_ranks.js");
+  } catch {
+    return undefined;
+  }
+  if (built.ENCODING !== TOKEN_ENCODING) {
+    throw new Error(`dist/tokens/o200k_ranks.js holds ${built.ENCODING}, not ${TOKEN_ENCODING}`);
+  }
+  return {
+    ranks: indexRanks(bytesOf(built.RANKS)),
+    split: new RegExp(built.SPLIT, built.SPLIT_FLAGS),
+  };
+}
+
+/** The ranks packed from `gpt-tokenizer`'s (its module stays loaded, its ranks in the heap). */
+async function packageRanks(): Promise<Ranks> {
+  const [{ default: bpe }, { O200K_TOKEN_SPLIT_REGEX }] = await Promise.all([
+    import("gpt-tokenizer/bpeRanks/o200k_base"),
+    import("gpt-tokenizer/encodingParams/constants"),
+  ]);
+  return { ranks: indexRanks(packRanks(bpe)), split: O200K_TOKEN_SPLIT_REGEX };
+}
+
+/** A counter, and how to free its ranks. */
+interface Counter {
+  count(text: string): number;
+  release(): void;
+}
+
+/** The counter: from the build's file (Deno), else its module, else the package's ranks. */
+async function makeCounter(): Promise<Counter> {
+  const found = await onDeno();
+  const { ranks, split } = typeof found === "object"
+    ? found
+    : (found ? await builtModule() : undefined) ?? await packageRanks();
+  return { count: tokenCounter(rankTable(ranks), split), release: () => releaseRanks(ranks) };
+}
 
 /**
- * The number of `o200k_base` tokens of `text`, counted in a worker (in process where none starts).
+ * The counter while texts wait to be counted. Let go once none waits, its ranks (4.4 MB outside the
+ * heap) freed at once rather than kept for a count that may never come: each body is counted once,
+ * when its representation is built, nearly all of them by the warm-up at once. The next text makes
+ * it again, in a few milliseconds.
+ */
+let loaded: Promise<Counter> | undefined;
+/** How many texts wait for {@linkcode loaded}. */
+let waiting = 0;
+
+/**
+ * The number of `o200k_base` tokens of `text`, as `gpt-tokenizer`'s `countTokens(text, {
+ * disallowedSpecial: new Set() })` counts it: text that looks like a special token
+ * (`<|endoftext|>`) is counted as the text it is, never refused (the content is the operator's, and
+ * agents read it as text).
  *
  * @example
  * ```ts
@@ -60,68 +123,15 @@ let nextId = 0;
  * assert.deepEqual(await Promise.all([countTokens("hello world"), countTokens("<|endoftext|>")]), [2, 7]);
  * ```
  */
-export function countTokens(text: string): Promise<number> {
-  if (workerFailed) return inProcess().then((count) => count(text));
-  const { promise, resolve, reject } = Promise.withResolvers<number>();
-  const id = nextId++;
-  waiting.set(id, { text, resolve, reject });
+export async function countTokens(text: string): Promise<number> {
+  waiting++;
+  const counter = loaded ??= makeCounter();
   try {
-    (worker ??= startWorker()).postMessage({ id, text });
-  } catch {
-    countInProcess();
+    return (await counter).count(text);
+  } finally {
+    if (--waiting === 0) {
+      loaded = undefined;
+      (await counter).release();
+    }
   }
-  return promise;
-}
-
-/** This module as a worker, answering `{ id, count }` to each `{ id, text }`. */
-function startWorker(): Worker {
-  const started = new Worker(import.meta.url, { type: "module", name: "tokens" });
-  started.onmessage = (event: MessageEvent<{ id: number; count?: number; error?: string }>) => {
-    const { id, count, error } = event.data;
-    const entry = waiting.get(id);
-    waiting.delete(id);
-    if (count !== undefined) entry?.resolve(count);
-    else entry?.reject(new Error(`the tokenizer failed: ${error}`));
-    // Nothing more to count: give its memory back (a later text starts another).
-    if (waiting.size === 0 && worker === started) {
-      started.terminate();
-      worker = undefined;
-    }
-  };
-  started.onerror = (event) => {
-    event.preventDefault();
-    countInProcess();
-  };
-  return started;
-}
-
-/** The worker could not start or failed: count what waits, and what comes, in process. */
-function countInProcess(): void {
-  workerFailed = true;
-  worker?.terminate();
-  worker = undefined;
-  const entries = [...waiting.values()];
-  waiting.clear();
-  void inProcess().then(
-    (count) => entries.forEach((entry) => entry.resolve(count(entry.text))),
-    (error) => entries.forEach((entry) => entry.reject(error)),
-  );
-}
-
-/** In the worker: count each text the service sends. */
-function serveAsWorker(scope: {
-  onmessage: ((event: MessageEvent<{ id: number; text: string }>) => void) | null;
-  postMessage: (message: unknown) => void;
-}): void {
-  scope.onmessage = async ({ data: { id, text } }) => {
-    try {
-      scope.postMessage({ id, count: (await inProcess())(text) });
-    } catch (error) {
-      scope.postMessage({ id, error: error instanceof Error ? error.message : String(error) });
-    }
-  };
-}
-
-if ("WorkerGlobalScope" in globalThis) {
-  serveAsWorker(globalThis as unknown as Parameters<typeof serveAsWorker>[0]);
 }

@@ -316,17 +316,41 @@ const NOT_FOUND_RENDERING = {
   "text/html": "html",
 } as const;
 
+/** Options of {@linkcode notFoundAnswers}. */
+export interface NotFoundOptions {
+  /** The Markdown 404's own header fields (its token count), added once they resolve. */
+  markdownFields?: () => Promise<readonly HeaderField[]>;
+}
+
+/**
+ * The Markdown 404, rendered once: with `fields` once they resolve (a promise until then), after
+ * that without one.
+ */
+function markdownAnswer(
+  render: ErrorRenderer,
+  vary: readonly HeaderField[],
+  fields: NotFoundOptions["markdownFields"],
+): () => GetAndHead | Promise<GetAndHead> {
+  if (fields === undefined) return once(() => render("not_found", "markdown", vary));
+  let rendered: GetAndHead | undefined;
+  const rendering = once(() =>
+    fields().then((own) => rendered = render("not_found", "markdown", [...vary, ...own]))
+  );
+  return () => rendered ?? rendering();
+}
+
 /**
  * The 404 of an unknown path in the media type `Accept` prefers (memoised; a promise while the
  * value needs `npm:negotiator`, not loaded yet).
  */
 export function notFoundAnswers(
   render: ErrorRenderer,
+  options: NotFoundOptions = {},
 ): (accept: string | null) => GetAndHead | Promise<GetAndHead> {
   const vary: readonly HeaderField[] = [["vary", "Accept"]];
   const byType = {
     json: once(() => render("not_found", "json", vary)),
-    markdown: once(() => render("not_found", "markdown", vary)),
+    markdown: markdownAnswer(render, vary, options.markdownFields),
     html: once(() => render("not_found", "html", vary)),
   };
   const answer = (type: typeof NOT_FOUND_TYPES[number]) => byType[NOT_FOUND_RENDERING[type]]();
@@ -383,11 +407,12 @@ export function variantResponse(
  * ```ts
  * import assert from "node:assert/strict";
  * import { loadConfig, recordEnv } from "../config.ts";
+ * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * import { buildAnswers } from "./paths.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const answers = buildAnswers(loaded.config, content.content);
  * const choose = createChooser(answers);

@@ -8,6 +8,8 @@
  */
 
 import type { Config } from "../config.ts";
+import { errorCatalog, errorMarkdown } from "../errors.ts";
+import { once } from "../once.ts";
 import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
@@ -70,10 +72,11 @@ export function discoveryFields(config: Config): HeaderField[] {
  * ```ts
  * import assert from "node:assert/strict";
  * import { loadConfig, recordEnv } from "../config.ts";
+ * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
- * const content = loadContent(loaded.config);
+ * const content = loadContent(loaded.config, DISK_STATIC_FILES);
  * assert(content.ok);
  * const answers = buildAnswers(loaded.config, content.content);
  * const platform = await answers.paths.get("/api/v1/platform")!.variant(null, null);
@@ -88,11 +91,49 @@ export function buildAnswers(config: Config, content: Content): Answers {
   // on and can read the JSON 404; it has no path fields (Link...) to add. The paths without fields
   // of their own share these answers.
   const unknown = fixedAnswers(render, []);
-  return {
-    paths: buildPaths(config, content, { render, shared: unknown }),
-    unknown,
-    notFound: notFoundAnswers(render),
+  // The Markdown 404 is counted with the first Markdown body, and a page and its twin (one text)
+  // once, so that the warm-up's counts are all made while the counter is loaded: pages/tokens.ts
+  // lets it go once nothing waits to be counted.
+  const notFoundTokens = once(() => countOf(notFoundMarkdown(config)));
+  const counted = new Map<string, Promise<number>>();
+  const count: Count = (text) => {
+    notFoundTokens().catch(() => {});
+    let tokens = counted.get(text);
+    if (tokens === undefined) counted.set(text, tokens = countOf(text));
+    return tokens;
   };
+  return {
+    paths: buildPaths(config, content, { render, shared: unknown, count }),
+    unknown,
+    notFound: notFoundAnswers(render, {
+      markdownFields: async () => [tokensField(await notFoundTokens())],
+    }),
+  };
+}
+
+/** The Markdown body of the 404, as the error renderer writes it (counted for its header field). */
+function notFoundMarkdown(config: Config): string {
+  return errorMarkdown("not_found", errorCatalog(config).not_found);
+}
+
+/** Counts the tokens of a text (`countOf`, with the Markdown 404's count started beside it). */
+type Count = (text: string) => Promise<number>;
+
+/** A Markdown representation of a body, with its header fields (`markdownCounted`). */
+type MarkdownLazy = (type: string, body: () => string, fields: readonly HeaderField[]) => Lazy;
+
+/** The header field carrying `tokens`. */
+function tokensField(tokens: number): HeaderField {
+  return [TOKENS_FIELD, String(tokens)];
+}
+
+/**
+ * The token count of `text`. Imported, not loaded with the paths: the bundle keeps the counter
+ * apart, and it is loaded with the first Markdown representation (lib/README.md, "Cold start").
+ */
+async function countOf(text: string): Promise<number> {
+  const { countTokens } = await import("../pages/tokens.ts");
+  return countTokens(text);
 }
 
 /**
@@ -102,9 +143,10 @@ export function buildAnswers(config: Config, content: Content): Answers {
 function buildPaths(
   config: Config,
   content: Content,
-  parts: { render: ErrorRenderer; shared: FixedAnswers },
+  parts: { render: ErrorRenderer; shared: FixedAnswers; count: Count },
 ): Map<string, PathAnswers> {
   const { render, shared } = parts;
+  const markdown = markdownCounted(parts.count);
   const discovery = discoveryFields(config);
   // contentsignals.org: how the content may be used, on every HTML and Markdown response.
   const signal: HeaderField = ["content-signal", config.contentSignal];
@@ -113,7 +155,7 @@ function buildPaths(
     markdown(TYPES.markdown, () => content.platformMarkdown, [NEGOTIATED, signal, ...discovery]),
   ], fixedAnswers(render, discovery));
   const page = (which: Page, file: PageFile) =>
-    pageAnswers(which, content, { file, signal, shared });
+    pageAnswers(which, content, { file, signal, shared, markdown });
   const twin = (which: Page) =>
     pathAnswers([markdown(TYPES.markdown, () => which.markdown, [NOT_NEGOTIATED, signal])], shared);
   const text = (type: string, body: () => string) =>
@@ -182,23 +224,19 @@ function lazy(
 }
 
 /**
- * A Markdown representation (or llms.txt) with its token count ({@linkcode TOKENS_FIELD}), counted
- * when it is first built: its 200, HEAD and 304 carry the same count.
+ * Markdown representations (and llms.txt) with their token count ({@linkcode TOKENS_FIELD}) by
+ * `count`, counted when each is first built: its 200, HEAD and 304 carry the same count.
  */
-function markdown(type: string, body: () => string, fields: readonly HeaderField[]): Lazy {
-  return {
+function markdownCounted(count: Count): MarkdownLazy {
+  return (type, body, fields) => ({
     type: offeredAs(type),
     make: async () => {
-      // Imported, not loaded with the paths: the bundle keeps it apart, and it starts itself as a
-      // worker that loads the tokenizer (lib/README.md, "Cold start").
-      const { countTokens } = await import("../pages/tokens.ts");
       const text = body();
-      const tokens = await countTokens(text);
       return buildRepresentation(type, text, {
-        headers: [...fields, [TOKENS_FIELD, String(tokens)], ...COMMON_FIELDS],
+        headers: [...fields, tokensField(await count(text)), ...COMMON_FIELDS],
       });
     },
-  };
+  });
 }
 
 /**
@@ -210,7 +248,7 @@ function markdown(type: string, body: () => string, fields: readonly HeaderField
 function pageAnswers(
   page: Page,
   content: Content,
-  options: { file: PageFile; signal: HeaderField; shared: FixedAnswers },
+  options: { file: PageFile; signal: HeaderField; shared: FixedAnswers; markdown: MarkdownLazy },
 ): PathAnswers {
   return pathAnswers(
     [
@@ -220,7 +258,7 @@ function pageAnswers(
         options.signal,
         ["link", linkHeader(pageLinks(page.meta, content.site))],
       ]),
-      markdown(TYPES.markdown, () => page.markdown, [NEGOTIATED, options.signal]),
+      options.markdown(TYPES.markdown, () => page.markdown, [NEGOTIATED, options.signal]),
     ],
     options.shared,
     () => content.prepareMarkdown(options.file),

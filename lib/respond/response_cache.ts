@@ -37,6 +37,14 @@ export interface ResponseTemplate {
 export interface ResponseCacheOptions {
   /** Most responses kept at once, over every template (default 4096). */
   maxEntries?: number;
+  /**
+   * Whether responses are kept and cloned across requests (default true). Workers refuse it: a
+   * `Response` belongs to the request that made it, and a clone of it made in another request
+   * fails with "Cannot perform I/O on behalf of a different request" (its 500 page too). There
+   * every request gets a `Response` built afresh from the template, which holds only strings, bytes
+   * and field lists. In Deno the kept clone is the cheapest answer (this module's comment).
+   */
+  keep?: boolean;
 }
 
 /** Counters of a response cache, for tests and benchmarks. */
@@ -329,5 +337,18 @@ export function createResponseCache(
   constants: RateLimitConstants,
   options: ResponseCacheOptions = {},
 ): ResponseCache {
+  if (options.keep === false) return freshResponses(constants);
   return new BoundedResponseCache(constants, options.maxEntries ?? DEFAULT_MAX_ENTRIES);
+}
+
+/** A "cache" that keeps nothing: each request's `Response` is built from the template. */
+function freshResponses(constants: RateLimitConstants): ResponseCache {
+  let misses = 0;
+  return {
+    respond(template, decision) {
+      misses++;
+      return buildResponse(template, decision, constants);
+    },
+    stats: () => ({ entries: 0, kept: 0, hits: 0, misses, seen: 0 }),
+  };
 }

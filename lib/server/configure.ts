@@ -8,6 +8,7 @@
 import { type Config, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "../config.ts";
 import { type Content, loadContent } from "../pages/content.ts";
 import { event, fatal, fatalExplained } from "./events.ts";
+import { DISK_STATIC_FILES } from "./static_files.ts";
 
 /** What the process starts with. */
 export interface Configured {
@@ -42,7 +43,7 @@ export async function configure(
       baseUrl: platform.derivedBaseUrl,
     });
   }
-  const content = loadContent(config);
+  const content = loadContent(config, DISK_STATIC_FILES);
   if (!content.ok) fatal(content.errors);
   warnOfSunset(config);
   return { config, content: content.content, onDeploy };

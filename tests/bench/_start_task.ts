@@ -51,7 +51,7 @@ export function startTaskFlags(task: string = denoJson.tasks.start): string[] {
   return parseStartTask(task).flags;
 }
 
-/** The entries the pickers of this process printed, by command. */
+/** The entries the pickers of this process printed, by checkout and command. */
 const picked = new Map<string, string>();
 
 /**
@@ -66,14 +66,17 @@ const picked = new Map<string, string>();
  * assert.equal(startTaskEntry("deno run --allow-net main.ts --listen"), "main.ts");
  * ```
  */
-export function startTaskEntry(task: string = denoJson.tasks.start): string {
+export function startTaskEntry(
+  task: string = denoJson.tasks.start,
+  root: string | URL = new URL("../../", import.meta.url),
+): string {
   const { entry } = parseStartTask(task);
   if ("module" in entry) return entry.module;
-  const key = entry.picker.join(" ");
+  const key = `${root} ${entry.picker.join(" ")}`;
   if (!picked.has(key)) {
     const { success, stdout, stderr } = new Deno.Command(Deno.execPath(), {
       args: entry.picker.slice(1),
-      cwd: new URL("../../", import.meta.url),
+      cwd: root,
       stdout: "piped",
       stderr: "piped",
     }).outputSync();
@@ -92,4 +95,14 @@ export function startTaskEntry(task: string = denoJson.tasks.start): string {
 export function startTaskArgs(): string[] {
   const { flags, args } = parseStartTask(denoJson.tasks.start);
   return ["run", ...flags, startTaskEntry(), ...args];
+}
+
+/**
+ * The arguments of `deno` that run the service of the checkout in `dir` as its own `deno task start`
+ * does (its flags, its entry picked in `dir`): another checkout (`--base`) runs as it was built to.
+ */
+export function startTaskArgsOf(dir: string): string[] {
+  const task = JSON.parse(Deno.readTextFileSync(`${dir}/deno.json`)).tasks.start as string;
+  const { flags, args } = parseStartTask(task);
+  return ["run", ...flags, startTaskEntry(task, dir), ...args];
 }

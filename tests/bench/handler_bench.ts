@@ -26,11 +26,12 @@ import {
 import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));
 if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
-const content = loadContent(config);
+const content = loadContent(config, DISK_STATIC_FILES);
 if (!content.ok) throw new Error(content.errors.join("; "));
 const policy = policyOf(config);
 const store = new MemoryStore(policy, { sweep: false });

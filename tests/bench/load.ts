@@ -28,7 +28,8 @@
  * an OTLP/HTTP receiver in this process, `tests/_otlp_receiver.ts`, in the default http/protobuf):
  * metrics only (`otel-metrics`), metrics and every trace (`otel-traces`), and traces sampled at 5%
  * (`otel-traces-5%`, `parentbased_traceidratio`). `--base <dir>` adds the service of another
- * checkout (built and started as its `deno task start` does), e.g. main's, as `base` in every
+ * checkout (built and started as its `deno task start` does; repeat it for several, each named
+ * `base:<folder>`), e.g. main's, as `base` in every
  * scenario (one process per scenario environment, as the service): interleaved with the service in
  * each round, and with `--paired` the ratio of this service to it over the same seconds.
  *
@@ -40,7 +41,7 @@
 
 import { parseArgs } from "node:util";
 import { SCENARIOS } from "./_scenarios.ts";
-import { startTaskArgs } from "./_start_task.ts";
+import { startTaskArgs, startTaskArgsOf } from "./_start_task.ts";
 import { startReceiver } from "../_otlp_receiver.ts";
 
 const { values: args } = parseArgs({
@@ -56,7 +57,7 @@ const { values: args } = parseArgs({
     floor: { type: "boolean", default: false },
     paired: { type: "boolean", default: false },
     otel: { type: "boolean", default: false },
-    base: { type: "string" },
+    base: { type: "string", multiple: true, default: [] },
     scenarios: { type: "string", default: SCENARIOS.map((s) => s.name).join(",") },
     "server-cpu": { type: "string", default: "0" },
     "client-cpu": { type: "string", default: "1" },
@@ -231,13 +232,17 @@ interface Variant {
   scenario: string;
 }
 
+/** The `--base` services' processes, by name (for their peak RSS). */
+const basePids: Record<string, number> = {};
+
 /** Starts the `--otel` variants (and their receiver) and the `--base` services; their ports. */
 async function startVariants(): Promise<Variant[]> {
   const variants: Variant[] = [];
   const start = async (env: Record<string, string>, cwd = root) => {
     const port = freePort();
     const env_ = { ...baseEnv, ...env, PORT: String(port), ACCESS_LOG: "false" };
-    pidOf[port] = spawn(startTaskArgs(), env_, "null", cwd).pid;
+    pidOf[port] = spawn(cwd === root ? startTaskArgs() : startTaskArgsOf(cwd), env_, "null", cwd)
+      .pid;
     await waitFor(`http://127.0.0.1:${port}/llms.txt`);
     return port;
   };
@@ -255,15 +260,22 @@ async function startVariants(): Promise<Variant[]> {
       }
     }
   }
-  if (args.base !== undefined) {
-    const built = new Deno.Command("deno", { args: ["task", "build"], cwd: args.base })
-      .outputSync();
-    if (!built.success) throw new Error(`deno task build failed in ${args.base}`);
+  for (const base of args.base) {
+    const built = new Deno.Command("deno", { args: ["task", "build"], cwd: base }).outputSync();
+    if (!built.success) throw new Error(`deno task build failed in ${base}`);
+    // One base is "base"; several are told apart by their folder's name.
+    const server = args.base.length === 1
+      ? "base"
+      : `base:${base.replace(/\/+$/, "").split("/").at(-1)}`;
     const byEnv = new Map<string, number>();
     for (const scenario of scenarios) {
       const envKey = JSON.stringify(scenario.env ?? {});
-      if (!byEnv.has(envKey)) byEnv.set(envKey, await start(scenario.env ?? {}, args.base));
-      variants.push({ server: "base", port: byEnv.get(envKey)!, scenario: scenario.name });
+      if (!byEnv.has(envKey)) {
+        const port = await start(scenario.env ?? {}, base);
+        byEnv.set(envKey, port);
+        basePids[`${server}${scenario.env ? ` (${scenario.name})` : ""}`] = pidOf[port]!;
+      }
+      variants.push({ server, port: byEnv.get(envKey)!, scenario: scenario.name });
     }
   }
   return variants;
@@ -475,7 +487,7 @@ async function peakRssMiB(pid: number): Promise<number> {
   return Number(kb) / 1024;
 }
 const peaks: Record<string, number> = {};
-for (const [name, pid] of Object.entries({ ...servicePids, ...honoPids })) {
+for (const [name, pid] of Object.entries({ ...servicePids, ...basePids, ...honoPids })) {
   peaks[name] = await peakRssMiB(pid);
 }
 stopAll();

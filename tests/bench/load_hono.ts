@@ -15,14 +15,15 @@
 import { Hono } from "npm:hono@4.13.19";
 import { rateLimiter } from "npm:hono-rate-limiter@0.5.4";
 import { createHandler } from "../../lib/handler.ts";
-import { denoEnv, loadConfig } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
-const loaded = loadConfig(denoEnv());
+const loaded = loadConfig((name) => Deno.env.get(name));
 if (!loaded.ok) throw new Error(loaded.errors.join("; "));
 const config = loaded.config;
-const contentResult = loadContent(config);
+const contentResult = loadContent(config, DISK_STATIC_FILES);
 if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
 const content = contentResult.content;
 

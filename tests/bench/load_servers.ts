@@ -22,13 +22,14 @@ import { policyOf } from "../../lib/limit/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory.ts";
 import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 /** The configuration and a handler of the service under `env` (the benchmark's plus a scenario's). */
 function service(extra: Record<string, string> = {}) {
   const loaded = loadConfig(recordEnv({ ...Deno.env.toObject(), ...extra }));
   if (!loaded.ok) throw new Error(loaded.errors.join("; "));
   const config: Config = loaded.config;
-  const contentResult = loadContent(config);
+  const contentResult = loadContent(config, DISK_STATIC_FILES);
   if (!contentResult.ok) throw new Error(contentResult.errors.join("; "));
   const store = new MemoryStore(policyOf(config), { sweep: false });
   const handler = createHandler({ config, content: contentResult.content, store });

@@ -17,6 +17,7 @@ import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { MemoryStore, SWEEP_INTERVAL_MS } from "../../lib/limit/memory.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const gc = (globalThis as { gc?: () => void }).gc;
 
@@ -286,7 +287,7 @@ const CASES: Record<string, Case> = {
   "handler-100k": async () => {
     const loaded = loadConfig(recordEnv({ TRUSTED_PROXIES: "127.0.0.1", ACCESS_LOG: "false" }));
     if (!loaded.ok) throw new Error(loaded.errors.join("; "));
-    const content = loadContent(loaded.config);
+    const content = loadContent(loaded.config, DISK_STATIC_FILES);
     if (!content.ok) throw new Error(content.errors.join("; "));
     const store = new MemoryStore(POLICY, { sweep: false, maxCallers: 100_001 });
     let clock = T0;

@@ -153,3 +153,30 @@ Deno.test("buildRepresentation()'s identity ETag is the SHA-256 of the body in b
     assert.equal(rep.variants.identity.etag, `"${expected}"`);
   }
 });
+
+Deno.test("a runtime without brotli (Workers) still gets a gzip variant: br shares identity", async () => {
+  const Original = globalThis.CompressionStream;
+  // Workers' CompressionStream refuses "brotli" with this message; gzip works.
+  class WorkersCompressionStream extends Original {
+    constructor(format: CompressionFormat) {
+      if (String(format) === "brotli") {
+        throw new TypeError(
+          "The compression format must be either 'deflate', 'deflate-raw' or 'gzip'.",
+        );
+      }
+      super(format);
+    }
+  }
+  globalThis.CompressionStream = WorkersCompressionStream;
+  try {
+    enableCompression();
+    const representation = await buildRepresentation("text/markdown; charset=utf-8", TEXT);
+    const { identity, br, gzip } = representation.variants;
+    assert.equal(br, identity);
+    assert.ok(gzip !== undefined && gzip !== identity);
+    assert.equal(gunzipSync(gzip.body).toString(), TEXT);
+    assert.equal(gzip.etag, identity.etag.replace(/"$/, '-gzip"'));
+  } finally {
+    globalThis.CompressionStream = Original;
+  }
+});

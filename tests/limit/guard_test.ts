@@ -21,6 +21,7 @@ import {
   type StoreIncident,
   StoreTimeoutError,
 } from "../../lib/limit/guard.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
 const ANSWER: Decision = { allowed: true, remaining: 41, resetSeconds: 17 };
@@ -253,7 +254,7 @@ const { config } = (() => {
   return result;
 })();
 const content = (() => {
-  const result = loadContent(config);
+  const result = loadContent(config, DISK_STATIC_FILES);
   if (!result.ok) throw new Error(result.errors.join("; "));
   return result.content;
 })();

@@ -18,6 +18,7 @@ import {
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { EXPOSED_FIELDS } from "../_server.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const HEADER = (description: string, example: string) => ({
   description,
@@ -220,7 +221,7 @@ Deno.test("curlCommand() sends Accept with the media type's essence for non-defa
 Deno.test("the served OpenAPI document yields a reference of every path, RateLimit and deprecation fields and every error code", () => {
   const config = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://portal.example" }));
   assert.ok(config.ok);
-  const content = loadContent(config.config);
+  const content = loadContent(config.config, DISK_STATIC_FILES);
   assert.ok(content.ok);
   const document = JSON.parse(content.content.openapi);
   const md = apiReferenceMarkdown(document);

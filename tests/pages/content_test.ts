@@ -16,6 +16,7 @@ import {
   summaryOf,
   titleOf,
 } from "../../lib/pages/content.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 function config(env: Parameters<typeof recordEnv>[0] = {}): Config {
   const result = loadConfig(
@@ -45,7 +46,7 @@ function load(files: Record<string, string>, env: Parameters<typeof recordEnv>[0
 
 Deno.test("the API description says the limit is exact unless a shared store runs local-first", () => {
   const descriptionOf = (env: Parameters<typeof recordEnv>[0]) => {
-    const result = loadContent(config(env));
+    const result = loadContent(config(env), DISK_STATIC_FILES);
     if (!result.ok) assert.fail(result.errors.join("\n"));
     return JSON.parse(result.content.openapi).info.description as string;
   };
@@ -61,7 +62,7 @@ Deno.test("the API description says the limit is exact unless a shared store run
 });
 
 Deno.test("loadContent() fills every placeholder of the shipped static files", async () => {
-  const result = loadContent(config());
+  const result = loadContent(config(), DISK_STATIC_FILES);
   if (!result.ok) assert.fail(result.errors.join("\n"));
   const c = result.content;
   await c.prepareMarkdown();
@@ -82,7 +83,7 @@ Deno.test("loadContent() fills every placeholder of the shipped static files", a
 });
 
 Deno.test("loadContent() builds the Platform object with the seven fields as absolute URIs", () => {
-  const result = loadContent(config({ PRODUCT_NAME: "Acme" }));
+  const result = loadContent(config({ PRODUCT_NAME: "Acme" }), DISK_STATIC_FILES);
   if (!result.ok) assert.fail(result.errors.join("\n"));
   assert.deepEqual(JSON.parse(result.content.platformJson), {
     name: "Acme",
@@ -169,7 +170,7 @@ Deno.test("loadContent() defers the API reference and the pages' HTML: a referen
 });
 
 Deno.test("loadContent() puts the generated API reference where {{api_reference}} stands, in Markdown and HTML", async () => {
-  const result = loadContent(config());
+  const result = loadContent(config(), DISK_STATIC_FILES);
   assert.ok(result.ok);
   await result.content.prepareMarkdown();
   const { developers } = result.content;
@@ -181,7 +182,7 @@ Deno.test("loadContent() puts the generated API reference where {{api_reference}
 });
 
 Deno.test("loadContent() loads the pages' renderer only when asked: a page's HTML cannot be read before prepareMarkdown()", async () => {
-  const result = loadContent(config());
+  const result = loadContent(config(), DISK_STATIC_FILES);
   assert.ok(result.ok);
   const { home } = result.content;
   assert.match(home.markdown, /^# /m);
@@ -194,7 +195,7 @@ Deno.test("loadContent() loads the pages' renderer only when asked: a page's HTM
 // for the digest of openapi.json (87 KB, twice: the API reference's sources and /developers') nor
 // for filling the other pages' templates.
 Deno.test("preparing one page digests and fills that page only: / does not wait for openapi.json or the other pages", async () => {
-  const result = loadContent(config());
+  const result = loadContent(config(), DISK_STATIC_FILES);
   if (!result.ok) assert.fail(result.errors.join("\n"));
   const content = result.content;
   const digested: number[] = [];

@@ -11,6 +11,7 @@ import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { escapeMarkdownText, markdownToPlainText } from "../../lib/pages/escape.ts";
 import { type Content, loadContent } from "../../lib/pages/content.ts";
 import { markdownRenderer } from "../../lib/pages/markdown.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 /** Every body a configuration value can reach, HTML pages rendered. */
 async function bodiesOf(env: Parameters<typeof recordEnv>[0]): Promise<Record<string, string>> {
@@ -18,7 +19,7 @@ async function bodiesOf(env: Parameters<typeof recordEnv>[0]): Promise<Record<st
     recordEnv({ PUBLIC_BASE_URL: "https://discovery.example.com", ...env }),
   );
   if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
-  const result = loadContent(loaded.config);
+  const result = loadContent(loaded.config, DISK_STATIC_FILES);
   if (!result.ok) throw new Error(result.errors.join("\n"));
   const content: Content = result.content;
   await content.prepareMarkdown();

@@ -31,6 +31,7 @@ import {
   SENTINELS,
 } from "../../lib/pages/prerender.ts";
 import { OUTPUT, prerenderedJson } from "../../lib/pages/render_pages.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 /** The shipped static files, by name. */
 const RAW: Record<string, string> = Object.fromEntries(
@@ -134,6 +135,7 @@ for (const { env, prerendered } of ODD_CONFIGURATIONS) {
   Deno.test(`a page is marked's rendering of its filled Markdown with ${JSON.stringify(env)}`, async () => {
     const loaded = loadContent(
       config({ PUBLIC_BASE_URL: "https://discovery.example.com", ...env }),
+      DISK_STATIC_FILES,
     );
     if (!loaded.ok) assert.fail(loaded.errors.join("\n"));
     const content = loaded.content;

@@ -174,6 +174,8 @@ async function builtAnswers(): Promise<Answers> {
   const config = testConfig();
   const answers = buildAnswers(config, testContent(config));
   await Promise.all([...answers.paths.values()].map((path) => path.prepare()));
+  // The Markdown 404 is built with its token count, by its first request.
+  await answers.notFound("text/markdown");
   return answers;
 }
 

@@ -11,11 +11,12 @@ import { loadContent } from "../../lib/pages/content.ts";
 import type { PathAnswers } from "../../lib/respond/answers.ts";
 import { discoveryFields } from "../../lib/respond/paths.ts";
 import { preparedPaths } from "../_server.ts";
+import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 async function setup(env: Parameters<typeof recordEnv>[0] = {}) {
   const loaded = loadConfig(recordEnv({ PUBLIC_BASE_URL: "https://d.example.com", ...env }));
   if (!loaded.ok) throw new Error(loaded.errors.join("\n"));
-  const content = loadContent(loaded.config);
+  const content = loadContent(loaded.config, DISK_STATIC_FILES);
   if (!content.ok) throw new Error(content.errors.join("\n"));
   return {
     config: loaded.config as Config,

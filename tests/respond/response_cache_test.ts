@@ -246,3 +246,23 @@ Deno.test("sendableBody() keeps unencoded UTF-8 as text and everything else as b
   const bom = new Uint8Array([0xef, 0xbb, 0xbf, 0x41]);
   assert.deepEqual(new Uint8Array(await new Response(sendableBody(bom, false)).arrayBuffer()), bom);
 });
+
+Deno.test("with keep: false (Workers) every request gets a Response of its own, equal to one built", async () => {
+  const constants = { policy: '"default";q=60;w=60', limit: "60" };
+  const cache = createResponseCache(constants, { keep: false });
+  const template = {
+    status: 200,
+    body: "{}",
+    fields: [["content-type", "application/json"]],
+  } as const;
+  const decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+  const responses = [1, 2, 3].map(() => cache.respond(template, decision));
+  assert.equal(new Set(responses).size, 3);
+  const reference = buildResponse(template, decision, constants);
+  for (const response of responses) {
+    assert.deepEqual([...response.headers], [...reference.headers]);
+    assert.equal(await response.text(), "{}");
+  }
+  await reference.body?.cancel();
+  assert.deepEqual(cache.stats(), { entries: 0, kept: 0, hits: 0, misses: 3, seen: 0 });
+});

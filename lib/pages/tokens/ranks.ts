@@ -1,0 +1,264 @@
+/**
+ * The mergeable ranks of a byte-pair encoding (`o200k_base`), packed into typed arrays held outside
+ * the JavaScript heap, in two forms the build writes (`build.ts`).
+ *
+ * `gpt-tokenizer` keeps its ranks as a `Map` of 200,000 strings (about 38 MiB of heap that every
+ * garbage collection walks). The count needs less: for a byte sequence, whether it is a token and
+ * its rank. So the ranks are packed as their byte lengths then their bytes, in rank order (1.6 MB:
+ * the *packed* form), and looked up through the offset of each rank and an open-addressing hash
+ * table of rank slots (linear probing, at most half full): the *indexed* form, 4.4 MB, which the
+ * build writes as one file that is used where it is read, without a loop over its contents.
+ *
+ * Packed form: a little-endian `u32` count, then one `u8` length per rank (0 for a rank the encoding
+ * skips), then the bytes of every rank in order. Indexed form: a header of five `u32` (magic,
+ * count, slots, length of the packed form, length of the split pattern), the split pattern as
+ * `flags/source` in UTF-8 padded to four bytes, the offsets (`u32`, count + 1), the slots (`i32`,
+ * rank + 1, 0 for empty), then the packed form; typed arrays of the platform's byte order, checked
+ * by the magic number.
+ *
+ * @module
+ */
+
+/** The ranks as `gpt-tokenizer` ships them: by rank, text or the bytes of text that is not UTF-8. */
+export type RankSource = ArrayLike<string | readonly number[] | undefined>;
+
+/** Ranks indexed for lookup by bytes. */
+export interface RankTable {
+  /** How many ranks the table holds (the highest rank plus one). */
+  readonly size: number;
+  /** The rank of `bytes[start..end)`, or -1 when that sequence is no token. */
+  rankOf(bytes: Uint8Array, start: number, end: number): number;
+}
+
+/** The arrays a {@linkcode RankTable} reads. */
+export interface IndexedRanks {
+  /** The packed form. */
+  readonly packed: Uint8Array;
+  /** Where each rank's bytes start in `packed`, and where the last ends. */
+  readonly offsets: Uint32Array;
+  /** The hash table: each slot a rank plus one, 0 where empty; a power of two long. */
+  readonly slots: Int32Array;
+}
+
+const encoder = new TextEncoder();
+const strictDecoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Whether `bytes` are valid UTF-8 (as `gpt-tokenizer` decides which lookup a sequence goes to). */
+function isUtf8(bytes: Uint8Array): boolean {
+  try {
+    strictDecoder.decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Checks that `gpt-tokenizer`'s lookup finds the ranks of `ranks` as {@linkcode packRanks} packs
+ * them, so that the count is its count: no text twice (its `Map` keeps the later), no text that is
+ * not well-formed, no bytes twice (its binary search would find either). Run by the build and the
+ * tests: it holds sets of every rank, which the service itself never builds.
+ *
+ * @throws Error naming the first rank that breaks one of these
+ */
+export function checkRanks(ranks: RankSource): void {
+  const texts = new Set<string>();
+  const binaries = new Set<string>();
+  for (let rank = 0; rank < ranks.length; rank++) {
+    const value = ranks[rank];
+    if (value === undefined) continue;
+    if (typeof value === "string") {
+      if (!value.isWellFormed()) throw new Error(`rank ${rank} is not well-formed text`);
+      if (texts.has(value)) throw new Error(`rank ${rank} repeats an earlier rank's text`);
+      texts.add(value);
+      continue;
+    }
+    const key = value.join(",");
+    if (binaries.has(key)) throw new Error(`rank ${rank} repeats an earlier rank's bytes`);
+    binaries.add(key);
+  }
+}
+
+/**
+ * Packs `ranks` (`gpt-tokenizer`'s `bpeRanks/o200k_base`, as {@linkcode checkRanks} accepts them)
+ * into the packed form, writing each rank's bytes straight into one array; a rank given as bytes
+ * that are valid UTF-8 is left empty, as `gpt-tokenizer` looks such bytes up among the text ranks.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const table = rankTable(indexRanks(packRanks(["a", "b", "ab", [0xff], [0x61, 0x62]])));
+ * assert.equal(table.rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
+ * assert.equal(table.rankOf(new Uint8Array([0xff]), 0, 1), 3);
+ * assert.equal(table.rankOf(new TextEncoder().encode("ba"), 0, 2), -1);
+ * assert.equal(table.size, 5); // rank 4, "ab" as bytes, is never found: "ab" is rank 2
+ * ```
+ */
+export function packRanks(ranks: RankSource): Uint8Array {
+  const size = ranks.length;
+  let most = 4 + size;
+  for (let rank = 0; rank < size; rank++) most += 3 * (ranks[rank]?.length ?? 0);
+  const packed = new Uint8Array(most);
+  new DataView(packed.buffer).setUint32(0, size, true);
+  let offset = 4 + size;
+  for (let rank = 0; rank < size; rank++) {
+    const value = ranks[rank];
+    if (value === undefined) continue;
+    let length: number;
+    if (typeof value === "string") {
+      length = encoder.encodeInto(value, packed.subarray(offset)).written;
+    } else {
+      // Bytes that are valid UTF-8 are looked up as text, among the text ranks: never this one.
+      if (isUtf8(Uint8Array.from(value))) continue;
+      packed.set(value, offset);
+      length = value.length;
+    }
+    if (length > 255) throw new Error(`rank ${rank} is longer than 255 bytes`);
+    packed[4 + rank] = length;
+    offset += length;
+  }
+  return packed.slice(0, offset);
+}
+
+/** FNV-1a of `bytes[start..end)`: spreads the ranks' bytes evenly over the slots. */
+function hashOf(bytes: Uint8Array, start: number, end: number): number {
+  let hash = 0x811c9dc5;
+  for (let i = start; i < end; i++) hash = Math.imul(hash ^ bytes[i]!, 0x01000193);
+  return hash >>> 0;
+}
+
+/**
+ * Indexes the packed form ({@linkcode packRanks}): the offset of each rank, and a hash table of
+ * ranks at most half full.
+ *
+ * @throws Error when `packed` is shorter or longer than its lengths say
+ */
+export function indexRanks(packed: Uint8Array): IndexedRanks {
+  const size = new DataView(packed.buffer, packed.byteOffset, 4).getUint32(0, true);
+  const offsets = new Uint32Array(size + 1);
+  offsets[0] = 4 + size;
+  for (let rank = 0; rank < size; rank++) offsets[rank + 1] = offsets[rank]! + packed[4 + rank]!;
+  if (offsets[size] !== packed.length) throw new Error("the packed ranks are not as long as said");
+  let count = 1;
+  while (count < size * 2) count *= 2;
+  const mask = count - 1;
+  const slots = new Int32Array(count);
+  for (let rank = 0; rank < size; rank++) {
+    const start = offsets[rank]!, end = offsets[rank + 1]!;
+    if (start === end) continue;
+    let slot = hashOf(packed, start, end) & mask;
+    while (slots[slot] !== 0) slot = (slot + 1) & mask;
+    slots[slot] = rank + 1;
+  }
+  return { packed, offsets, slots };
+}
+
+/** The lookup of indexed ranks. */
+export function rankTable({ packed, offsets, slots }: IndexedRanks): RankTable {
+  const mask = slots.length - 1;
+  return {
+    size: offsets.length - 1,
+    rankOf(bytes, start, end) {
+      const length = end - start;
+      for (let slot = hashOf(bytes, start, end) & mask;; slot = (slot + 1) & mask) {
+        const entry = slots[slot]!;
+        if (entry === 0) return -1;
+        const from = offsets[entry - 1]!;
+        if (offsets[entry]! - from !== length) continue;
+        let i = 0;
+        while (i < length && packed[from + i] === bytes[start + i]) i++;
+        if (i === length) return entry - 1;
+      }
+    },
+  };
+}
+
+/**
+ * Frees the memory of `ranks` now, rather than at some later garbage collection: their buffers are
+ * detached (every array of them is empty after), their storage returned at once.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const ranks = indexRanks(packRanks(["a", "b", "ab"]));
+ * releaseRanks(ranks);
+ * assert.equal(ranks.packed.length + ranks.offsets.length + ranks.slots.length, 0);
+ * ```
+ */
+export function releaseRanks(ranks: IndexedRanks): void {
+  for (const buffer of new Set([ranks.packed.buffer, ranks.offsets.buffer, ranks.slots.buffer])) {
+    if (buffer instanceof ArrayBuffer && !buffer.detached) buffer.transfer(0);
+  }
+}
+
+/** The first `u32` of the indexed form: "BPE1", read in the platform's byte order. */
+const MAGIC = 0x31455042;
+/** The header's `u32` fields. */
+const HEADER = 5;
+
+/**
+ * The indexed form of `ranks` and their `split` pattern, as one byte array.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const bytes = indexedForm(indexRanks(packRanks(["a", "b", "ab"])), /[ab]+/gu);
+ * const { ranks, split } = fromIndexedForm(bytes);
+ * assert.equal(rankTable(ranks).rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
+ * assert.equal(split.source, "[ab]+");
+ * assert.equal(split.flags, "gu");
+ * ```
+ */
+export function indexedForm(ranks: IndexedRanks, split: RegExp): Uint8Array {
+  const pattern = encoder.encode(`${split.flags}/${split.source}`);
+  const patternEnd = 4 * HEADER + Math.ceil(pattern.length / 4) * 4;
+  const slotsAt = patternEnd + ranks.offsets.byteLength;
+  const packedAt = slotsAt + ranks.slots.byteLength;
+  const bytes = new Uint8Array(packedAt + ranks.packed.length);
+  new Uint32Array(bytes.buffer, 0, HEADER).set([
+    MAGIC,
+    ranks.offsets.length - 1,
+    ranks.slots.length,
+    ranks.packed.length,
+    pattern.length,
+  ]);
+  bytes.set(pattern, 4 * HEADER);
+  bytes.set(new Uint8Array(ranks.offsets.buffer), patternEnd);
+  bytes.set(new Uint8Array(ranks.slots.buffer), slotsAt);
+  bytes.set(ranks.packed, packedAt);
+  return bytes;
+}
+
+/**
+ * The ranks and split pattern of an indexed form ({@linkcode indexedForm}): views of `bytes`,
+ * nothing copied or computed.
+ *
+ * @throws Error when `bytes` is no indexed form of this byte order, or is cut short
+ */
+export function fromIndexedForm(bytes: Uint8Array): { ranks: IndexedRanks; split: RegExp } {
+  if (bytes.byteOffset % 4 !== 0 || bytes.length < 4 * HEADER) {
+    throw new Error("not an indexed form of ranks");
+  }
+  const [magic, size, count, packedLength, patternLength] = new Uint32Array(
+    bytes.buffer,
+    bytes.byteOffset,
+    HEADER,
+  ) as unknown as number[];
+  if (magic !== MAGIC) throw new Error("not an indexed form of ranks in this byte order");
+  const text = new TextDecoder().decode(bytes.subarray(4 * HEADER, 4 * HEADER + patternLength!));
+  const at = bytes.byteOffset + 4 * HEADER + Math.ceil(patternLength! / 4) * 4;
+  const slotsAt = at + 4 * (size! + 1);
+  const packedAt = slotsAt + 4 * count!;
+  if (packedAt + packedLength! !== bytes.byteOffset + bytes.length) {
+    throw new Error("the indexed ranks are not as long as said");
+  }
+  const slash = text.indexOf("/");
+  return {
+    ranks: {
+      offsets: new Uint32Array(bytes.buffer, at, size! + 1),
+      slots: new Int32Array(bytes.buffer, slotsAt, count),
+      packed: new Uint8Array(bytes.buffer, packedAt, packedLength),
+    },
+    split: new RegExp(text.slice(slash + 1), text.slice(0, slash)),
+  };
+}

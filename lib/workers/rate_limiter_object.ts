@@ -1,0 +1,158 @@
+/**
+ * The rate limiter's Durable Object: the one owner of its callers' exact sliding logs on Workers
+ * (`lib/limit/durable_object.ts` is the Worker's side, `lib/limit/object_logs.ts` the decision).
+ *
+ * The logs live in memory and are written through to the object's storage, one value per caller
+ * (its timestamps as a `Float64Array`), so that an object evicted from memory, moved, or restarted
+ * by a deployment reads its callers' counts back. A write is not awaited: the platform's output
+ * gate holds the answer until the write is durable, and a failed write breaks the object and the
+ * call, which the Worker's failure policy answers. The logs are read once, before the first call is
+ * delivered (`blockConcurrencyWhile`), so every decision after that is synchronous.
+ *
+ * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`object_logs.ts`).
+ * Idle callers are dropped by an alarm set one window after the first counted request; it forgets
+ * the callers with nothing left in the window, deletes their values, and sets itself again for the
+ * next caller to become idle. When no caller is left it deletes all of the object's storage, so an
+ * idle object costs nothing.
+ *
+ * The policy arrives with every call, from the Worker's validated configuration: one source of
+ * truth, and a deployment that changes it needs no migration.
+ *
+ * @module
+ */
+
+import { DurableObject } from "cloudflare:workers";
+import type { Decision, RateLimitPolicy } from "../limit/decision.ts";
+import {
+  CallerLogs,
+  checkDurablePolicy,
+  checkKey,
+  type LogChange,
+  logOfStored,
+} from "../limit/object_logs.ts";
+
+/** The parts of `DurableObjectStorage` the object uses. */
+interface Storage {
+  get<T>(key: string): Promise<T | undefined>;
+  list<T>(options: { prefix: string }): Promise<Map<string, T>>;
+  put(key: string, value: unknown): Promise<void>;
+  delete(keys: string[]): Promise<number>;
+  deleteAll(): Promise<void>;
+  getAlarm(): Promise<number | null>;
+  setAlarm(scheduled: number): Promise<void>;
+}
+
+/** The parts of `DurableObjectState` the object uses. */
+interface State {
+  storage: Storage;
+  blockConcurrencyWhile<T>(callback: () => Promise<T>): Promise<T>;
+}
+
+/** What {@linkcode RateLimiterObject.usage} reports: the object's own accounting. */
+export interface ObjectUsage {
+  /** Callers held. */
+  callers: number;
+  /** Timestamps held, over every caller. */
+  timestamps: number;
+  /** Values in storage (one per caller held, once written). */
+  stored: number;
+  /** When the idle sweep runs next (ms since the epoch), or null. */
+  alarm: number | null;
+}
+
+/** The most keys one `delete` takes. */
+const DELETE_BATCH = 128;
+
+/** The prefix of a caller's stored log: the rest of the key is the caller key. */
+const CALLER = "c:";
+
+/** Where the window of the last call is stored, for an alarm that wakes a restarted object. */
+const WINDOW = "window";
+
+/** The rate limiter's Durable Object class (bound as `RATE_LIMITER`, with a SQLite-backed migration). */
+export class RateLimiterObject extends DurableObject {
+  declare readonly ctx: State;
+  readonly #logs = new CallerLogs();
+  /** The window of the last call: how long a caller stays after its newest request. */
+  #windowMs = 0;
+  /** When the alarm is set for, as this object set it; undefined when none is. */
+  #alarmAt: number | undefined;
+
+  /** Reads the stored logs before the first call is delivered. */
+  constructor(ctx: State, env: unknown) {
+    super(ctx, env);
+    void ctx.blockConcurrencyWhile(async () => {
+      const stored = await ctx.storage.list({ prefix: CALLER });
+      for (const [key, value] of stored) {
+        this.#logs.load(key.slice(CALLER.length), logOfStored(value));
+      }
+      const windowMs = await ctx.storage.get(WINDOW);
+      if (typeof windowMs === "number") this.#windowMs = windowMs;
+      this.#alarmAt = (await ctx.storage.getAlarm()) ?? undefined;
+    });
+  }
+
+  /** Decides on a request of `key` now, counts it when admitted, and writes the change through. */
+  hit(key: string, policy: RateLimitPolicy): Decision {
+    checkKey(key);
+    checkDurablePolicy(policy);
+    const now = Date.now();
+    const { decision, changes } = this.#logs.hit(key, now, policy);
+    if (changes.length > 0) {
+      this.#write(changes);
+      if (policy.windowMs !== this.#windowMs) {
+        this.#windowMs = policy.windowMs;
+        void this.ctx.storage.put(WINDOW, policy.windowMs);
+      }
+      if (this.#alarmAt === undefined) this.#setAlarm(now + policy.windowMs);
+    }
+    return decision;
+  }
+
+  /** Reports `key`'s state now without counting anything. */
+  peek(key: string, policy: RateLimitPolicy): Decision {
+    checkKey(key);
+    checkDurablePolicy(policy);
+    return this.#logs.peek(key, Date.now(), policy);
+  }
+
+  /** The object's callers, timestamps, stored values and alarm (for tests and operators). */
+  async usage(): Promise<ObjectUsage> {
+    const stored = (await this.ctx.storage.list({ prefix: CALLER })).size;
+    return {
+      callers: this.#logs.callers,
+      timestamps: this.#logs.timestamps,
+      stored,
+      alarm: await this.ctx.storage.getAlarm(),
+    };
+  }
+
+  /** The idle sweep: forgets idle callers, and sets the next sweep or empties the storage. */
+  async alarm(): Promise<void> {
+    this.#alarmAt = undefined;
+    const { removed, nextAt } = this.#logs.sweep(Date.now(), this.#windowMs);
+    if (nextAt === undefined) {
+      await this.ctx.storage.deleteAll();
+      this.#windowMs = 0; // deleted with the rest: the next change stores it again
+      return;
+    }
+    const keys = removed.map((key) => CALLER + key);
+    for (let i = 0; i < keys.length; i += DELETE_BATCH) {
+      await this.ctx.storage.delete(keys.slice(i, i + DELETE_BATCH));
+    }
+    this.#setAlarm(nextAt);
+  }
+
+  #write(changes: LogChange[]): void {
+    const storage = this.ctx.storage;
+    for (const { key, log } of changes) {
+      if (log === undefined) void storage.delete([CALLER + key]);
+      else void storage.put(CALLER + key, Float64Array.from(log));
+    }
+  }
+
+  #setAlarm(at: number): void {
+    this.#alarmAt = at;
+    void this.ctx.storage.setAlarm(at);
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The service as a Cloudflare Worker: `export default { fetch }` over the same `createHandler` as
+ * `main.ts`, with what differs on Workers and nothing else.
+ *
+ * - Configuration: the Worker's bindings (vars and secrets) through `lib/config.ts`'s rules
+ *   (`bindings.ts`), read once per isolate, at its first request (a Worker's `env` exists only
+ *   there). Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
+ *   the problems are logged, one message, once per isolate (`wrangler tail`, Workers Logs): a
+ *   Worker cannot refuse to start, and a 500 is what a monitor notices.
+ * - Content: the static files' texts, given by the build (`build.ts` embeds `static/`): no file
+ *   system.
+ * - Caller: `CF-Connecting-IP`, which Cloudflare's edge sets, replacing any a client sent; locally
+ *   (`deno task worker`, miniflare) a client's is passed on as sent, else it is the loopback peer.
+ *   A request without it (a service binding, another Worker) or with a value that is no IP address
+ *   has no address: one shared budget, logged once.
+ * - Responses: built per request (`keep: false`): a `Response` belongs to the request that made it.
+ * - No timers: no warm-up (each path builds its representations on its first request), the memory
+ *   store sweeps nothing (its caller cap bounds it), the access log writes per request to the
+ *   console. Compression is left to Cloudflare's edge (lib/README.md, "Compression and caching").
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console -- Workers' logs are the console
+
+import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
+import { createHandler, type ServiceHandler } from "../handler.ts";
+import { parseIp, type PeerInfo } from "../limit/caller.ts";
+import { policyOf, type RateLimitStore } from "../limit/decision.ts";
+import { MemoryStore } from "../limit/memory.ts";
+import { loadContent } from "../pages/content.ts";
+import { type Bindings, workerConfig } from "./bindings.ts";
+import { openDurableStore } from "./store.ts";
+
+/** A Worker's module: Cloudflare calls `fetch` per request with the bindings. */
+export interface WorkerModule {
+  /** Answers one request. */
+  fetch(request: Request, env: Bindings): Response | Promise<Response>;
+}
+
+/** Opens the Durable Object store over the `RATE_LIMITER` binding (`store.ts`). */
+export type OpenDurableStore = (bindings: Bindings, config: Config) => RateLimitStore;
+
+/** What an isolate starts with at its first request: the handler, or the problems. */
+type Started = { ok: true; handler: ServiceHandler } | { ok: false };
+
+/**
+ * The Worker over `files` (each static file's text by its name, as the build embeds them).
+ *
+ * @param openDurable opens the Durable Object store (tests may give another)
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { STATIC_DIR, STATIC_FILES } from "../pages/content.ts";
+ * const files = Object.fromEntries(
+ *   STATIC_FILES.map((name) => [name, Deno.readTextFileSync(`${STATIC_DIR}/${name}`)]),
+ * );
+ * const worker = createWorker(files, () => assert.fail("no Durable Object with memory"));
+ * const request = new Request("https://api.example.com/api/v1/platform", {
+ *   headers: { "cf-connecting-ip": "192.0.2.7" },
+ * });
+ * const response = await worker.fetch(request, { RATE_LIMIT_STORE: "memory" });
+ * assert.equal(response.status, 200);
+ * assert.equal(response.headers.get("ratelimit-remaining"), "59");
+ * const platform = await response.json();
+ * assert.equal(platform.openapi, "https://api.example.com/openapi.json");
+ * ```
+ */
+export function createWorker(
+  files: Readonly<Record<string, string>>,
+  openDurable: OpenDurableStore = openDurableStore,
+): WorkerModule {
+  let started: Started | undefined;
+  return {
+    fetch(request, env) {
+      started ??= start(request, env, files, openDurable);
+      if (!started.ok) return misconfigured();
+      return started.handler(request, peerOf(request));
+    },
+  };
+}
+
+/**
+ * The caller's address as Cloudflare gives it; none without `CF-Connecting-IP` or with a value that
+ * is no IP address (Cloudflare always sets one; a hostile value reaches here only locally, and must
+ * not become a caller key of its own).
+ */
+export function peerOf(request: Request): PeerInfo {
+  const address = request.headers.get("cf-connecting-ip");
+  return {
+    remoteAddr: address !== null && parseIp(address) !== undefined
+      ? { hostname: address }
+      : { transport: "none" },
+  };
+}
+
+/** Configures the isolate at its first request: the handler, or the problems logged once. */
+function start(
+  request: Request,
+  env: Bindings,
+  files: Readonly<Record<string, string>>,
+  openDurable: OpenDurableStore,
+): Started {
+  const configured = workerConfig(env, new URL(request.url).origin);
+  if (!configured.ok) {
+    console.error(formatConfigErrors(configured.errors));
+    return { ok: false };
+  }
+  const { config } = configured;
+  const content = loadContent(config, { dir: "static", read: (path) => fileOf(files, path) });
+  if (!content.ok) {
+    console.error(formatConfigErrors(content.errors));
+    return { ok: false };
+  }
+  const store = configured.store === "memory"
+    ? new MemoryStore(policyOf(config), { maxCallers: config.rateLimitMaxCallers, sweep: false })
+    : openDurable(env, config);
+  const handler = createHandler({
+    config,
+    content: content.content,
+    store,
+    responseCache: { keep: false },
+    ...(config.accessLog ? { accessLog: (record) => console.log(record) } : {}),
+    onError: (error) => console.error("unexpected error answered 500", describe(error)),
+    onNoAddress: () =>
+      console.error(
+        "a request came without CF-Connecting-IP (a service binding or another Worker): every such request shares ONE rate-limit budget. Said once.",
+      ),
+  });
+  return { ok: true, handler };
+}
+
+/** A static file's text by its path's last segment; a missing one throws, as a missing file does. */
+function fileOf(files: Readonly<Record<string, string>>, path: string): string {
+  const name = path.slice(path.lastIndexOf("/") + 1);
+  const text = Object.hasOwn(files, name) ? files[name] : undefined;
+  if (text === undefined) throw new Error(`${name} is not in the Worker's bundle`);
+  return text;
+}
+
+/** An error's name and message, secrets redacted: never its stack in a log line. */
+function describe(error: unknown): string {
+  return redactSecrets(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+}
+
+/** The answer of an isolate whose configuration is invalid: 500, the Error shape, no detail. */
+function misconfigured(): Response {
+  const body = {
+    error: {
+      code: "internal_error",
+      message: "The service failed to answer this request.",
+      hint: "Retry later: the service is misconfigured, and its operator has been told.",
+    },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 500,
+    headers: {
+      "content-type": "application/json",
+      "cache-control": "no-store",
+      "access-control-allow-origin": "*",
+      "x-content-type-options": "nosniff",
+    },
+  });
+}

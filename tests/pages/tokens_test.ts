@@ -1,0 +1,216 @@
+/**
+ * The token counts (`lib/pages/tokens.ts`) against `gpt-tokenizer`'s own `countTokens`: every
+ * Markdown body the service sends (pages, twins, the Platform, llms.txt, the Markdown 404) under
+ * two configurations, text made to stress the split and the merge, and the build's module
+ * (`dist/tokens/o200k_ranks.js`) against the ranks packed from the package.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { countTokens as referenceCount } from "npm:gpt-tokenizer@4.0.0/encoding/o200k_base";
+import bpe from "npm:gpt-tokenizer@4.0.0/bpeRanks/o200k_base";
+import { O200K_TOKEN_SPLIT_REGEX } from "npm:gpt-tokenizer@4.0.0/encodingParams/constants";
+import { createHandler } from "../../lib/handler.ts";
+import { MemoryStore } from "../../lib/limit/memory.ts";
+import { policyOf } from "../../lib/limit/decision.ts";
+import { countTokens } from "../../lib/pages/tokens.ts";
+import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
+import { o200kFile, o200kModule, o200kPacked } from "../../lib/pages/tokens/build.ts";
+import { bytesOf } from "../../lib/pages/tokens/module.ts";
+import {
+  checkRanks,
+  fromIndexedForm,
+  indexRanks,
+  packRanks,
+  rankTable,
+} from "../../lib/pages/tokens/ranks.ts";
+import { type EnvRecord, testConfig, testContent } from "../_server.ts";
+
+/** `gpt-tokenizer`'s count, special-looking text counted as text (as the service counts it). */
+function reference(text: string): number {
+  return referenceCount(text, { disallowedSpecial: new Set() });
+}
+
+/** Every request whose answer is Markdown (or llms.txt), with the `Accept` that selects it. */
+const MARKDOWN_REQUESTS: ReadonlyArray<[path: string, accept: string]> = [
+  ["/index.html.md", "*/*"],
+  ["/developers.md", "*/*"],
+  ["/api.md", "*/*"],
+  ["/developers/deprecation-policy.md", "*/*"],
+  ["/llms.txt", "*/*"],
+  ["/", "text/markdown"],
+  ["/developers", "text/markdown"],
+  ["/api", "text/markdown"],
+  ["/developers/deprecation-policy", "text/markdown"],
+  ["/api/v1/platform", "text/markdown"],
+  ["/no/such/page", "text/markdown"],
+];
+
+/**
+ * Two configurations: the defaults, and one whose every text lands in a body with letters of other
+ * scripts, digits, emoji, an apostrophe and special-token lookalikes (chunks no default body holds).
+ */
+const CONFIGURATIONS: ReadonlyArray<[name: string, env: EnvRecord]> = [
+  ["the defaults", {}],
+  ["other scripts, emoji and special-token lookalikes", {
+    PUBLIC_BASE_URL: "https://api.strasse-42.example:8443/discovery/v2",
+    PRODUCT_NAME: "Ünïcode Lëgal 法律 🚀 <|endoftext|>",
+    PRODUCT_DESCRIPTION:
+      "Rechtsprechung & Gesetze — 判例と法令の検索; it's 12345678 times faster. Ωμέγα! 👩‍⚖️",
+    SUPPORT_EMAIL: "hilfe+agents@strasse-42.example",
+    SUPPORT_URL: "https://support.strasse-42.example/hilfe",
+    DOCUMENTATION_URL: "https://docs.strasse-42.example/ueber",
+    RATE_LIMIT: "7777",
+    RATE_LIMIT_WINDOW_SECONDS: "90",
+  }],
+];
+
+for (const [name, env] of CONFIGURATIONS) {
+  Deno.test(`x-markdown-tokens equals gpt-tokenizer's count for every Markdown body, llms.txt and the Markdown 404, with ${name}`, async () => {
+    const config = testConfig({ RATE_LIMIT: "1000", ...env });
+    const store = new MemoryStore(policyOf(config), { maxCallers: 100, sweep: false });
+    const handler = createHandler({ config, content: testContent(config), store });
+    const info = { remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 } } as const;
+    try {
+      for (const [path, accept] of MARKDOWN_REQUESTS) {
+        const request = new Request(`http://127.0.0.1${path}`, { headers: { accept } });
+        const response = await handler(request, info as Deno.ServeHandlerInfo<Deno.NetAddr>);
+        const body = await response.text();
+        assert.match(response.headers.get("content-type") ?? "", /^text\/(markdown|plain)/, path);
+        const tokens = response.headers.get("x-markdown-tokens");
+        assert.equal(tokens, String(reference(body)), `${path}: ${body.slice(0, 80)}`);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+}
+
+/** A generator of pseudo-random numbers in [0, 1) from `seed` (mulberry32): the same text each run. */
+function random(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Pieces that reach every branch of the split pattern and the merge: letters of each case and
+ * script, combining marks, contractions, digits, punctuation runs before new lines and `/`,
+ * whitespace runs, emoji, bytes that are no text (lone surrogates), special-token lookalikes.
+ */
+const PIECES = [
+  "a",
+  "The",
+  "HTTP",
+  "camelCase",
+  "É",
+  "é",
+  "ß",
+  "straße",
+  "ǅ",
+  "ʰ",
+  "法律",
+  "の",
+  "한국어",
+  "Ωμέγα",
+  "кириллица",
+  "עברית",
+  "عربى",
+  "हिन्दी",
+  "e\u0301",
+  "'s",
+  "'LL",
+  "'re",
+  "don't",
+  "0",
+  "42",
+  "1234567",
+  "٣",
+  "Ⅻ",
+  " ",
+  "  ",
+  "\t",
+  "\n",
+  "\r\n",
+  " \n\n",
+  "   ",
+  "\u00a0",
+  "\u3000",
+  ".",
+  "...",
+  "—",
+  "/",
+  "//",
+  "://",
+  "!?",
+  "`",
+  "```",
+  "#",
+  "##",
+  "- ",
+  "|",
+  "{}",
+  "<|endoftext|>",
+  "<|fim_prefix|>",
+  "😀",
+  "👩‍⚖️",
+  "🇩🇪",
+  "\ud800",
+  "\udfff",
+  "\u0000",
+  "\ufffd",
+  "\ufeff",
+  "aaaaaaaaaaaaaaaa",
+  "https://example.com/a_b?c=d",
+  "x@example.com",
+];
+
+Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts made to stress the split and the merge", () => {
+  const count = tokenCounter(rankTable(indexRanks(packRanks(bpe))), O200K_TOKEN_SPLIT_REGEX);
+  const next = random(40);
+  for (let i = 0; i < 3000; i++) {
+    let text = "";
+    const pieces = 1 + Math.floor(next() * 24);
+    for (let j = 0; j < pieces; j++) text += PIECES[Math.floor(next() * PIECES.length)];
+    assert.equal(count(text), reference(text), JSON.stringify(text));
+  }
+  assert.equal(count(""), 0);
+});
+
+Deno.test("checkRanks() accepts gpt-tokenizer's o200k_base ranks and refuses ranks its lookup would not all find", () => {
+  checkRanks(bpe);
+  assert.throws(() => checkRanks(["a", "b", "a"]), /rank 2 repeats an earlier rank's text/);
+  assert.throws(() => checkRanks([[0xff], [0xff]]), /rank 1 repeats an earlier rank's bytes/);
+  assert.throws(() => checkRanks(["\ud800"]), /rank 0 is not well-formed text/);
+});
+
+Deno.test("the build's module and file carry exactly the ranks packed from gpt-tokenizer, and count alike", async () => {
+  const packed = o200kPacked();
+  const indexed = indexRanks(packed);
+  const { ranks, split } = fromIndexedForm(o200kFile(packed));
+  assert.deepEqual(ranks.packed, packed);
+  assert.deepEqual(ranks.offsets, indexed.offsets);
+  assert.deepEqual(ranks.slots, indexed.slots);
+  assert.equal(split.source, O200K_TOKEN_SPLIT_REGEX.source);
+  assert.equal(split.flags, O200K_TOKEN_SPLIT_REGEX.flags);
+  const dir = await Deno.makeTempDir();
+  try {
+    const file = `${dir}/o200k_ranks.js`;
+    await Deno.writeTextFile(file, o200kModule(packed));
+    const built = await import(new URL(`file://${file}`).href);
+    assert.equal(built.ENCODING, "o200k_base");
+    assert.deepEqual(bytesOf(built.RANKS), packed);
+    assert.equal(built.SPLIT, O200K_TOKEN_SPLIT_REGEX.source);
+    assert.equal(built.SPLIT_FLAGS, O200K_TOKEN_SPLIT_REGEX.flags);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  const text = "Ünïcode 法律 🚀 <|endoftext|> it's 1234567 — https://example.com/a_b\n\n";
+  assert.equal(tokenCounter(rankTable(ranks), split)(text), reference(text));
+  // The seam, from whichever ranks this checkout has (the build's, else the package's).
+  assert.equal(await countTokens(text), reference(text));
+});

@@ -1,0 +1,117 @@
+/**
+ * The test Worker of the Durable Object store (`tests/workers/rate_limiter_object_test.ts`): built at
+ * test time and served by real workerd through miniflare. Each request makes one decision through
+ * `createDurableObjectStore` and answers it as JSON, with the time the decision took in the Worker.
+ *
+ * `GET /hit?key=K` decides on caller K through the `RATE_LIMITER` binding; `ns=SLOW` or `ns=BROKEN`
+ * go through an object that answers late or fails, `on_error=open|closed` and `timeout_ms` set the
+ * failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
+ * times decisions inside the Worker (the figures of lib/limit/README.md).
+ *
+ * @module
+ */
+
+import {
+  createDurableObjectStore,
+  type RateLimiterNamespace,
+  type RateLimiterStub,
+} from "../../lib/limit/durable_object.ts";
+import type { GuardedStore, StoreFailurePolicy } from "../../lib/limit/guard.ts";
+import { RateLimiterObject } from "../../lib/workers/rate_limiter_object.ts";
+import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
+
+export { RateLimiterObject };
+
+/** The object's class with a `hit` that may answer later, as an RPC method may. */
+const Delayable: new (ctx: never, env: unknown) => Omit<RateLimiterObject, "hit"> & {
+  hit(key: string, policy: RateLimitPolicy): Decision | Promise<Decision>;
+} = RateLimiterObject;
+
+/** An object that answers each decision `SLOW_MS` late (a slow or distant object). */
+export class SlowObject extends Delayable {
+  override async hit(key: string, policy: RateLimitPolicy): Promise<Decision> {
+    await new Promise((resolve) => setTimeout(resolve, SLOW_MS));
+    return super.hit(key, policy);
+  }
+}
+
+/** An object whose every decision fails (an object that is down or overloaded). */
+export class BrokenObject extends RateLimiterObject {
+  override hit(_key: string, _policy: RateLimitPolicy): Decision {
+    throw new Error("the object is overloaded");
+  }
+}
+
+/** How late {@linkcode SlowObject} answers, in ms. */
+const SLOW_MS = 500;
+
+interface Env {
+  RATE_LIMITER: {
+    idFromName(name: string): unknown;
+    get(id: unknown): RateLimiterStub & { usage(): Promise<unknown> };
+  };
+  SLOW: RateLimiterNamespace;
+  BROKEN: RateLimiterNamespace;
+  LIMIT: string;
+  WINDOW_SECONDS: string;
+  SHARDS?: string;
+}
+
+/** One store per binding and policy, kept for the isolate's life as the service keeps its own. */
+const stores = new Map<string, GuardedStore>();
+
+function storeOf(env: Env, url: URL): GuardedStore {
+  const ns = url.searchParams.get("ns") ?? "RATE_LIMITER";
+  const onError = (url.searchParams.get("on_error") ?? "closed") as StoreFailurePolicy;
+  const timeoutMs = Number(url.searchParams.get("timeout_ms") ?? "1000");
+  const id = `${ns} ${onError} ${timeoutMs}`;
+  let store = stores.get(id);
+  if (store === undefined) {
+    const policy = { limit: Number(env.LIMIT), windowMs: Number(env.WINDOW_SECONDS) * 1000 };
+    const namespace = env[ns as "RATE_LIMITER" | "SLOW" | "BROKEN"];
+    const shards = env.SHARDS === undefined ? {} : { shards: Number(env.SHARDS) };
+    store = createDurableObjectStore(namespace, { policy, timeoutMs, onError, ...shards });
+    stores.set(id, store);
+  }
+  return store;
+}
+
+export default {
+  async fetch(request: Request, env: Env): Promise<Response> {
+    const url = new URL(request.url);
+    const key = url.searchParams.get("key") ?? "192.0.2.1";
+    if (url.pathname === "/usage") {
+      const name = url.searchParams.get("name") ?? key;
+      return Response.json(await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(name)).usage());
+    }
+    const store = storeOf(env, url);
+    if (url.pathname === "/many") return Response.json({ ms: await timed(store, url, key) });
+    const started = performance.now();
+    const result = store.hit(key, Date.now());
+    const promise = result instanceof Promise;
+    const decision = await result;
+    const ms = performance.now() - started;
+    return Response.json({ decision, byPolicy: store.answeredByPolicy(decision), promise, ms });
+  },
+};
+
+/**
+ * The time per decision of `batches` batches of `n` decisions one after the other (workerd's clock
+ * moves in whole milliseconds, so a decision is timed as the mean of its batch). With `fresh=1`
+ * each decision is a caller never seen before (its object is created), else the `callers` callers
+ * `key.0`, `key.1`... take turns.
+ */
+async function timed(store: GuardedStore, url: URL, key: string): Promise<number[]> {
+  const n = Number(url.searchParams.get("n") ?? "10");
+  const batches = Number(url.searchParams.get("batches") ?? "1");
+  const callers = Number(url.searchParams.get("callers") ?? "1");
+  const fresh = url.searchParams.get("fresh") === "1";
+  const ms: number[] = [];
+  let i = 0;
+  for (let b = 0; b < batches; b++) {
+    const started = performance.now();
+    for (let j = 0; j < n; j++, i++) await store.hit(`${key}.${fresh ? i : i % callers}`, 0);
+    ms.push((performance.now() - started) / n);
+  }
+  return ms;
+}

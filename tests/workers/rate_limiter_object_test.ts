@@ -1,0 +1,223 @@
+/**
+ * The Durable Object store on real workerd (`lib/workers/rate_limiter_object.ts` with
+ * `lib/limit/durable_object.ts`): the test Worker built now and served by workerd from npm, its
+ * objects' storage persisted in a temporary folder. One limit per caller: 100 requests admit
+ * exactly 60, across a restart of workerd and across two Workers sharing the namespace; the
+ * failure policy when the object is slow or failing; idle callers swept by the object's alarm and
+ * the cap on what one object holds.
+ *
+ * Two workerd processes on one persistence folder do not share a limit: each runs its own instance
+ * of every object over the same SQLite files (nothing local gives one process the ownership the
+ * platform gives one instance of an object), and the last test shows each admitting its own 60.
+ * So two Worker instances that share objects are two Workers in one workerd, as on Cloudflare two
+ * isolates share the one object.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  buildLimiterWorker,
+  getJson,
+  type HitReport,
+  startLimiterWorkerd,
+  type Workerd,
+} from "./_limiter_workerd.ts";
+import type { ObjectUsage } from "../../lib/workers/rate_limiter_object.ts";
+
+const script = await buildLimiterWorker();
+
+/** Runs `body` with a fresh persistence folder, removed afterwards. */
+async function withFolder(body: (persist: string) => Promise<void>): Promise<void> {
+  const persist = await Deno.makeTempDir({ prefix: "limiter-do-" });
+  try {
+    await body(persist);
+  } finally {
+    await Deno.remove(persist, { recursive: true });
+  }
+}
+
+/** Sends `count` requests of caller `key`, in turn to each URL, and counts the admitted ones. */
+async function admittedOf(urls: URL[], key: string, count: number): Promise<number> {
+  let admitted = 0;
+  for (let i = 0; i < count; i++) {
+    const report = await getJson<HitReport>(urls[i % urls.length]!, `/hit?key=${key}`);
+    assert.equal(report.promise, true, "the store answers a real Promise");
+    assert.equal(report.byPolicy, false, JSON.stringify(report));
+    if (report.decision.allowed) admitted++;
+  }
+  return admitted;
+}
+
+Deno.test("workerd: 100 requests of one caller admit 60; a restart on the same storage keeps the count", async () => {
+  await withFolder(async (persist) => {
+    let workerd: Workerd | undefined = await startLimiterWorkerd({ script, persist });
+    try {
+      const [url] = workerd.urls;
+      assert.equal(await admittedOf([url!], "192.0.2.1", 100), 60);
+      const usage = await getJson<ObjectUsage>(url!, "/usage?name=192.0.2.1");
+      assert.equal(usage.callers, 1);
+      assert.equal(usage.timestamps, 60);
+      assert.equal(usage.stored, 1);
+      assert.ok(usage.alarm !== null && usage.alarm > Date.now(), "the idle sweep is set");
+      await workerd.dispose();
+      workerd = undefined;
+      workerd = await startLimiterWorkerd({ script, persist });
+      const [again] = workerd.urls;
+      const refused = await getJson<HitReport>(again!, "/hit?key=192.0.2.1");
+      assert.equal(refused.decision.allowed, false);
+      assert.equal(refused.decision.remaining, 0);
+      assert.ok(refused.decision.resetSeconds > 0 && refused.decision.resetSeconds <= 60);
+      assert.equal(await admittedOf([again!], "192.0.2.1", 10), 0);
+      // Another caller is its own object, untouched.
+      assert.equal(await admittedOf([again!], "192.0.2.2", 1), 1);
+    } finally {
+      await workerd?.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: two Workers sharing the namespace admit 60 of one caller's 100 requests between them, one after the other or all at once", async () => {
+  await withFolder(async (persist) => {
+    const workerd = await startLimiterWorkerd({ script, persist, workers: 2 });
+    try {
+      assert.equal(workerd.urls.length, 2);
+      assert.notEqual(workerd.urls[0]!.href, workerd.urls[1]!.href);
+      assert.equal(await admittedOf(workerd.urls, "2001:db8:0:1e::/64", 100), 60);
+      // At once: 100 requests in flight over both Workers, decided one by one by the object.
+      const reports = await Promise.all(
+        Array.from(
+          { length: 100 },
+          (_, i) => getJson<HitReport>(workerd.urls[i % 2]!, "/hit?key=192.0.2.77"),
+        ),
+      );
+      assert.equal(reports.filter((report) => report.decision.allowed).length, 60);
+      assert.equal(reports.filter((report) => report.byPolicy).length, 0);
+      // Each admitted request saw its own count: remaining 59 down to 0, once each.
+      const remaining = reports.filter((report) => report.decision.allowed)
+        .map((report) => report.decision.remaining).sort((a, b) => a - b);
+      assert.deepEqual(remaining, Array.from({ length: 60 }, (_, i) => i));
+    } finally {
+      await workerd.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: an object that fails or answers late is answered by the failure policy within the timeout", async () => {
+  await withFolder(async (persist) => {
+    const workerd = await startLimiterWorkerd({ script, persist });
+    try {
+      const [url] = workerd.urls;
+      for (const onError of ["open", "closed"] as const) {
+        for (const ns of ["SLOW", "BROKEN"]) {
+          const started = performance.now();
+          const report = await getJson<HitReport>(
+            url!,
+            `/hit?key=192.0.2.9&ns=${ns}&on_error=${onError}&timeout_ms=100`,
+          );
+          const waited = performance.now() - started;
+          const label = `${ns} ${onError}: ${JSON.stringify(report)}`;
+          assert.equal(report.byPolicy, true, label);
+          assert.equal(report.decision.allowed, onError === "open", label);
+          assert.equal(report.decision.unavailable, onError === "closed" ? true : undefined, label);
+          // The slow object answers after 500 ms: the timeout (100 ms) answered first.
+          assert.ok(waited < 450, `${label} took ${waited} ms`);
+        }
+      }
+      // The real object beside them decides as ever.
+      assert.equal(await admittedOf([url!], "192.0.2.9", 1), 1);
+    } finally {
+      await workerd.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: an object holds at most its cap of callers, and its alarm forgets idle callers and empties its storage", async () => {
+  await withFolder(async (persist) => {
+    // One shard and the highest limit: the cap is 100 callers (1,000,000 timestamps / 10,000).
+    const workerd = await startLimiterWorkerd({
+      script,
+      persist,
+      limit: 10_000,
+      windowSeconds: 1,
+      shards: 1,
+    });
+    try {
+      const [url] = workerd.urls;
+      for (let i = 0; i < 101; i++) await getJson<HitReport>(url!, `/hit?key=198.51.100.${i}`);
+      const full = await getJson<ObjectUsage>(url!, "/usage?name=shard:0");
+      assert.equal(full.callers, 100);
+      assert.equal(full.stored, 100);
+      assert.equal(full.timestamps, 100);
+      // The window is a second: the alarm, set a window after the first request, forgets them all.
+      const deadline = Date.now() + 5_000;
+      let usage = full;
+      while (Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        usage = await getJson<ObjectUsage>(url!, "/usage?name=shard:0");
+        if (usage.stored === 0 && usage.alarm === null) break;
+      }
+      assert.deepEqual(usage, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+    } finally {
+      await workerd.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: two workerd processes on one storage folder do not share objects, so each admits its own (why the test above runs two Workers in one workerd)", async () => {
+  await withFolder(async (persist) => {
+    const first = await startLimiterWorkerd({ script, persist });
+    try {
+      // The first process creates the storage before the second opens it (two processes that
+      // create it at once fail at start-up with SQLITE_BUSY).
+      assert.equal(await admittedOf(first.urls, "192.0.2.3", 1), 1);
+      const second = await startLimiterWorkerd({ script, persist });
+      try {
+        // 50 requests to each: each process's own instance of the object admits all of its 50.
+        const admitted = await admittedOf([first.urls[0]!, second.urls[0]!], "192.0.2.3", 100);
+        assert.equal(admitted, 100);
+      } finally {
+        await second.dispose();
+      }
+    } finally {
+      await first.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: the idle sweep set before a restart of workerd runs after it by the window the object stored: it keeps a caller still in the window", async () => {
+  await withFolder(async (persist) => {
+    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1 });
+    const usageOf = (url: URL) => getJson<ObjectUsage>(url, "/usage?name=192.0.2.5");
+    let workerd: Workerd | undefined = await start();
+    try {
+      await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
+      const { alarm } = await usageOf(workerd.urls[0]!);
+      // A second request half a window later: the caller is in the window until a window after it.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
+      await workerd.dispose();
+      workerd = undefined;
+      workerd = await start();
+      const [url] = workerd.urls;
+      // The restarted object has had no call: only its stored window tells the alarm what is idle.
+      const waitFor = async (done: (usage: ObjectUsage) => boolean) => {
+        const deadline = Date.now() + 5_000;
+        let usage = await usageOf(url!);
+        while (!done(usage) && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          usage = await usageOf(url!);
+        }
+        return usage;
+      };
+      const swept = await waitFor((usage) => usage.alarm !== alarm);
+      assert.equal(swept.callers, 1, `the first sweep keeps the caller: ${JSON.stringify(swept)}`);
+      assert.equal(swept.stored, 1);
+      assert.ok(swept.alarm !== null && swept.alarm > alarm!, "and sets itself for when it leaves");
+      const idle = await waitFor((usage) => usage.stored === 0 && usage.alarm === null);
+      assert.deepEqual(idle, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+    } finally {
+      await workerd?.dispose();
+    }
+  });
+});
