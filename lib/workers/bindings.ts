@@ -14,7 +14,7 @@ import { type Config, type Env, type EnvName, loadConfig } from "../config.ts";
 import { policyOf } from "../limit/decision.ts";
 import { checkDurablePolicy } from "../limit/object_logs.ts";
 
-/** The binding of the Durable Object namespace that keeps the limit (wrangler.jsonc). */
+/** The binding of the Durable Object namespace that keeps the limit (wrangler.json). */
 export const RATE_LIMITER_BINDING = "RATE_LIMITER";
 
 /** Where a Worker keeps its limit. */
@@ -69,11 +69,11 @@ export function workerConfig(bindings: Bindings, origin: string): WorkerConfigRe
   if (chosen === "memory") store = "memory";
   else if (chosen === "kv" || chosen === "redis") {
     errors.push(
-      `RATE_LIMIT_STORE=${chosen} is not available on Workers: leave it unset to keep the limit in the Durable Object bound as ${RATE_LIMITER_BINDING} (wrangler.jsonc), or set memory for a per-isolate limit`,
+      `RATE_LIMIT_STORE=${chosen} is not available on Workers: leave it unset to keep the limit in the Durable Object bound as ${RATE_LIMITER_BINDING} (wrangler.json), or set memory for a per-isolate limit`,
     );
   } else if (!bound) {
     errors.push(
-      `the Durable Object binding ${RATE_LIMITER_BINDING} is missing: keep it in wrangler.jsonc (durable_objects.bindings, class RateLimiterObject), or set RATE_LIMIT_STORE=memory for a per-isolate limit`,
+      `the Durable Object binding ${RATE_LIMITER_BINDING} is missing: keep it in wrangler.json (durable_objects.bindings, class RateLimiterObject), or set RATE_LIMIT_STORE=memory for a per-isolate limit`,
     );
   }
   if (loaded.ok && store === "durable-object") {

@@ -20,7 +20,7 @@ import { compressBytes } from "../http/representation.ts";
 /** Where the build writes, relative to the project's root. */
 export const WORKER_DIR = "dist/worker";
 
-/** The Worker module wrangler.jsonc and miniflare load. */
+/** The Worker module wrangler.json and miniflare load. */
 export const WORKER_MODULE = `${WORKER_DIR}/worker.js`;
 
 /** The entry module: the static files' texts and the Worker's exports. */
