@@ -309,14 +309,8 @@ Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, 
 /** The folders where a runtime's API may be used: one entry folder per runtime. */
 const PLATFORM_FOLDERS = ["lib/server/", "lib/workers/"];
 
-/**
- * Modules outside the entry folders that use Deno's API, each with why: none may be added without
- * one. `lib/pages/tokens/deno_file.ts` reads the token ranks' file that the build writes beside it
- * (and beside the bundle), so it lives beside the ranks; `tokens.ts` imports it only when `Deno` is
- * in `globalThis` (on Workers the ranks come from the bundle's module), so the Worker carries it
- * but never runs it. To move behind a seam the Deno entry gives (issues 40 and 43).
- */
-const DENO_ADAPTERS_OUTSIDE = ["lib/pages/tokens/deno_file.ts"];
+/** Modules outside the entry folders that use Deno's API, each with why: none today. */
+const DENO_ADAPTERS_OUTSIDE: readonly string[] = [];
 
 /**
  * The runtime APIs `source` uses: `Deno.` (a value or a type) and `cloudflare:` imports, as

@@ -26,6 +26,7 @@ import { once } from "../once.ts";
 import { markdownLinksToTwins, type PageMeta, renderPage, type Site } from "./layout.ts";
 import { sitemapXml } from "./sitemap.ts";
 import type { Prerendered } from "./prerender.ts";
+import type { BuiltRanks } from "./tokens.ts";
 
 /**
  * The folder holding the operator's content, found next to the code: two folders above this module,
@@ -92,6 +93,8 @@ export interface Content {
    * be read once this has resolved for it; until then reading it throws.
    */
   prepareMarkdown: (file?: PageFile) => Promise<void>;
+  /** Where the token ranks the build wrote are found, as the static files' source gave it. */
+  tokenRanks?: BuiltRanks;
 }
 
 /** The outcome of {@linkcode loadContent}. */
@@ -348,6 +351,8 @@ export interface StaticFiles {
    * the folder may not be read at all.
    */
   read: (path: string) => string;
+  /** Where the token ranks the build wrote are found (`tokens.ts`); the build's module when absent. */
+  tokenRanks?: BuiltRanks;
 }
 
 /** The files of {@linkcode STATIC_FILES}, by name. */
@@ -409,6 +414,7 @@ export function loadContent(config: Config, source: StaticFiles): ContentResult 
     apiCatalog: apiCatalogJson(config.baseUrl),
     site,
     prepareMarkdown: pages.prepare,
+    ...(source.tokenRanks ? { tokenRanks: source.tokenRanks } : {}),
   };
   return { ok: true, content };
 }

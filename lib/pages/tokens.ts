@@ -9,11 +9,12 @@
  * `countTokens` for any text (`tests/pages/tokens_test.ts`).
  *
  * This is the seam the request path calls, and it runs anywhere (Deno, Deno Deploy, the compiled
- * binary, a Cloudflare Worker): no thread, no file, no `Deno` API here. `gpt-tokenizer` holds its
+ * binary, a Cloudflare Worker): no thread, no file, no runtime's API here; a platform says where the
+ * build's ranks are ({@linkcode BuiltRanks}). `gpt-tokenizer` holds its
  * ranks as about 38 MiB of heap; here they are typed arrays outside the heap, 4.4 MB with their
  * hash index (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The build
  * (`deno task build:tokens`, part of `deno task build` and `deno task compile`) writes them as a
- * file that Deno reads as it is (`tokens/deno_file.ts`), and as `dist/tokens/o200k_ranks.js`, a
+ * file that Deno reads as it is (`lib/server/token_ranks.ts`), and as `dist/tokens/o200k_ranks.js`, a
  * module of constants that every bundler carries; where neither was built or may be read, they are
  * packed here from `gpt-tokenizer`'s own ranks, whose module then stays in the heap
  * (lib/pages/README.md, "Markdown twins, token counts, content signals").
@@ -46,17 +47,17 @@ interface Ranks {
 }
 
 /**
- * On Deno, the indexed ranks the build wrote beside the bundle (`tokens/deno_file.ts`), or whether
- * the build's module may be imported without asking for a permission; elsewhere, that it may.
+ * Where a platform finds the ranks the build wrote: their bytes (Deno reads the file the build
+ * wrote beside the bundle: `lib/server/token_ranks.ts`), or whether the build's module
+ * (`dist/tokens/o200k_ranks.js`) may be imported without asking for a permission. Without one (a
+ * Worker, whose bundle carries the module), the module is imported.
  */
-async function onDeno(): Promise<Ranks | boolean> {
-  if (!("Deno" in globalThis)) return true;
-  const { mayRead, readBuiltRanks } = await import("./tokens/deno_file.ts");
-  const bytes = readBuiltRanks();
-  // The module the build writes for every bundler, seen from here. Made here, on Deno only: in a
-  // Worker `import.meta.url` is no absolute URL, and at module scope it failed the module.
-  const ranksModule = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
-  return bytes === undefined ? mayRead(ranksModule) : fromIndexedForm(bytes);
+export type BuiltRanks = () => Promise<Uint8Array | boolean>;
+
+/** Options of {@linkcode countTokens}. */
+export interface CountOptions {
+  /** Where the ranks the build wrote are found (see {@linkcode BuiltRanks}). */
+  builtRanks?: BuiltRanks;
 }
 
 /** The build's module (`dist/tokens/o200k_ranks.js`), or undefined where it was never built. */
@@ -93,10 +94,10 @@ interface Counter {
 }
 
 /** The counter: from the build's file (Deno), else its module, else the package's ranks. */
-async function makeCounter(): Promise<Counter> {
-  const found = await onDeno();
+async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter> {
+  const found = builtRanks ? await builtRanks() : true;
   const { ranks, split } = typeof found === "object"
-    ? found
+    ? fromIndexedForm(found)
     : (found ? await builtModule() : undefined) ?? await packageRanks();
   return { count: tokenCounter(rankTable(ranks), split), release: () => releaseRanks(ranks) };
 }
@@ -123,9 +124,9 @@ let waiting = 0;
  * assert.deepEqual(await Promise.all([countTokens("hello world"), countTokens("<|endoftext|>")]), [2, 7]);
  * ```
  */
-export async function countTokens(text: string): Promise<number> {
+export async function countTokens(text: string, options: CountOptions = {}): Promise<number> {
   waiting++;
-  const counter = loaded ??= makeCounter();
+  const counter = loaded ??= makeCounter(options.builtRanks);
   try {
     return (await counter).count(text);
   } finally {

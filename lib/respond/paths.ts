@@ -13,6 +13,7 @@ import { once } from "../once.ts";
 import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
+import type { BuiltRanks } from "../pages/tokens.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -94,6 +95,7 @@ export function buildAnswers(config: Config, content: Content): Answers {
   // The Markdown 404 is counted with the first Markdown body, and a page and its twin (one text)
   // once, so that the warm-up's counts are all made while the counter is loaded: pages/tokens.ts
   // lets it go once nothing waits to be counted.
+  const countOf = (text: string) => countWith(text, content.tokenRanks);
   const notFoundTokens = once(() => countOf(notFoundMarkdown(config)));
   const counted = new Map<string, Promise<number>>();
   const count: Count = (text) => {
@@ -116,7 +118,7 @@ function notFoundMarkdown(config: Config): string {
   return errorMarkdown("not_found", errorCatalog(config).not_found);
 }
 
-/** Counts the tokens of a text (`countOf`, with the Markdown 404's count started beside it). */
+/** Counts the tokens of a text (`countWith`, with the Markdown 404's count started beside it). */
 type Count = (text: string) => Promise<number>;
 
 /** A Markdown representation of a body, with its header fields (`markdownCounted`). */
@@ -128,12 +130,13 @@ function tokensField(tokens: number): HeaderField {
 }
 
 /**
- * The token count of `text`. Imported, not loaded with the paths: the bundle keeps the counter
- * apart, and it is loaded with the first Markdown representation (lib/README.md, "Cold start").
+ * The token count of `text`, the ranks found where the platform said (`builtRanks`). Imported, not
+ * loaded with the paths: the bundle keeps the counter apart, and it is loaded with the first
+ * Markdown representation (lib/README.md, "Cold start").
  */
-async function countOf(text: string): Promise<number> {
+async function countWith(text: string, builtRanks: BuiltRanks | undefined): Promise<number> {
   const { countTokens } = await import("../pages/tokens.ts");
-  return countTokens(text);
+  return countTokens(text, builtRanks ? { builtRanks } : {});
 }
 
 /**

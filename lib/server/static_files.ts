@@ -33,5 +33,12 @@ export function readStaticFile(path: string): string {
   }
 }
 
-/** The service's `static/` folder on the disk, for `loadContent`. */
-export const DISK_STATIC_FILES: StaticFiles = { dir: STATIC_DIR, read: readStaticFile };
+/**
+ * The service's `static/` folder on the disk, for `loadContent`, and the token ranks the build wrote
+ * (`token_ranks.ts`, imported with the first count, never at start-up).
+ */
+export const DISK_STATIC_FILES: StaticFiles = {
+  dir: STATIC_DIR,
+  read: readStaticFile,
+  tokenRanks: () => import("./token_ranks.ts").then((ranks) => ranks.builtRanks()),
+};

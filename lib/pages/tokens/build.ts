@@ -1,9 +1,9 @@
 /**
  * The build step of the token counts (`deno task build:tokens`, run by `deno task build` and
  * `deno task compile` before they bundle): packs `gpt-tokenizer`'s `o200k_base` ranks
- * (`ranks.ts`) with its split pattern, and writes them: indexed, to `o200k_ranks.bin` in this
- * folder and in `dist/app/`, beside the bundle, which Deno reads (`deno_file.ts`); packed, as the
- * module `dist/tokens/o200k_ranks.js` (`module.ts`), which `lib/pages/tokens.ts` imports with a
+ * (`ranks.ts`) with its split pattern, and writes them: indexed, to `o200k_ranks.bin` in
+ * `lib/server/` and in `dist/app/`, beside the bundle, which Deno reads
+ * (`lib/server/token_ranks.ts`); packed, as the module `dist/tokens/o200k_ranks.js` (`module.ts`), which `lib/pages/tokens.ts` imports with a
  * literal specifier, so that any bundler (a Worker's) carries it. Generated, never committed
  * (`.gitignore`): they are the package's data in another form, and the lock pins the package.
  *
@@ -18,11 +18,11 @@ import { ranksModule } from "./module.ts";
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
 export const MODULE_OUTPUT = new URL("../../../dist/tokens/o200k_ranks.js", import.meta.url);
 /**
- * Where the indexed form is written: beside `deno_file.ts`, which reads it from its own folder,
- * here for the sources (and the compiled binary, which embeds it) and in `dist/app/` for the bundle.
+ * Where the indexed form is written: beside `lib/server/token_ranks.ts`, which reads it from its
+ * own folder, for the sources (and the compiled binary, which embeds it) and in `dist/app/` for the bundle.
  */
 export const FILE_OUTPUTS: readonly URL[] = [
-  new URL("./o200k_ranks.bin", import.meta.url),
+  new URL("../../server/o200k_ranks.bin", import.meta.url),
   new URL("../../../dist/app/o200k_ranks.bin", import.meta.url),
 ];
 

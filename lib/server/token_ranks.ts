@@ -1,6 +1,7 @@
 /**
- * Reads the indexed ranks (`ranks.ts`) that `deno task build:tokens` writes beside this module and
- * the bundle (`o200k_ranks.bin`), on Deno: one read into one buffer, used as it is, with nothing
+ * The token ranks as Deno finds them (`static_files.ts` gives them to `loadContent`): the indexed
+ * ranks (`lib/pages/tokens/ranks.ts`) that `deno task build:tokens` writes beside this module and
+ * the bundle (`o200k_ranks.bin`), read into one buffer and used as they are, with nothing
  * parsed (a JavaScript module carrying the same bytes costs about 10 MiB more resident memory to
  * load, its text held and parsed; tests/bench/README.md, "Token counts and memory").
  *
@@ -16,6 +17,13 @@
  * this module is bundled into.
  */
 const PLACE = "./o200k_ranks.bin";
+
+/**
+ * The module the build writes for every bundler (`dist/tokens/o200k_ranks.js`), as
+ * `lib/pages/tokens.ts` imports it: this module is as deep in the tree as that one, in the sources
+ * and in the bundle alike.
+ */
+const MODULE_PLACE = "../../dist/tokens/o200k_ranks.js";
 
 /** The bytes of `url`, or undefined when it cannot be read without asking or is missing. */
 function readIfAllowed(url: URL): Uint8Array | undefined {
@@ -52,6 +60,21 @@ function readIfAllowed(url: URL): Uint8Array | undefined {
  */
 export function readBuiltRanks(): Uint8Array | undefined {
   return readIfAllowed(new URL(PLACE, import.meta.url));
+}
+
+/**
+ * The ranks the build wrote, as `BuiltRanks` (`lib/pages/tokens.ts`): their bytes where this process may read the
+ * file, else whether it may import the build's module without asking.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const found = await builtRanks();
+ * assert.ok(typeof found === "boolean" || found.length > 1_000_000);
+ * ```
+ */
+export function builtRanks(): Promise<Uint8Array | boolean> {
+  return Promise.resolve(readBuiltRanks() ?? mayRead(new URL(MODULE_PLACE, import.meta.url)));
 }
 
 /**
