@@ -9,7 +9,7 @@
  * @module
  */
 
-import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller.ts";
+import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller/caller_key.ts";
 import { later } from "./timer.ts";
 
 /** One access-log record: never the query string, a body, or a full client address. */

@@ -11,7 +11,7 @@ import {
   createAccessRecorder,
   formatAccessRecord,
 } from "../lib/access_log.ts";
-import { NO_ADDRESS_KEY } from "../lib/limit/caller.ts";
+import { NO_ADDRESS_KEY } from "../lib/limit/caller/caller_key.ts";
 import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 import { rawRequest, startServer } from "./_server.ts";
 

@@ -151,12 +151,12 @@ Deno.test("cycles() finds a cycle through several modules, and none in a layered
 
 Deno.test("layerViolations() names an import of a higher layer and one across groups of a layer", () => {
   const graph: Graph = new Map([
-    ["lib/http/message.ts", ["lib/limit/decision.ts"]],
+    ["lib/http/message.ts", ["lib/limit/core/decision.ts"]],
     ["lib/warm_up.ts", ["lib/telemetry/load.ts", "lib/http/message.ts"]],
-    ["lib/limit/decision.ts", []],
+    ["lib/limit/core/decision.ts", []],
   ]);
   assert.deepEqual(layerViolations(graph), [
-    "lib/http/message.ts (http, layer 0) imports lib/limit/decision.ts (limit, layer 1)",
+    "lib/http/message.ts (http, layer 0) imports lib/limit/core/decision.ts (limit, layer 1)",
     "lib/warm_up.ts (service, layer 4) imports lib/telemetry/load.ts (telemetry, layer 4)",
   ]);
 });
@@ -297,7 +297,13 @@ async function requestPathModules(): Promise<string[]> {
 Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, async () => {
   const modules = await requestPathModules();
   // The probe's requests reached the handler, the store and the response: the count is of a real path.
-  for (const module of ["lib/handler.ts", "lib/limit/memory.ts", "lib/respond/response_cache.ts"]) {
+  for (
+    const module of [
+      "lib/handler.ts",
+      "lib/limit/memory/memory_store.ts",
+      "lib/respond/response_cache.ts",
+    ]
+  ) {
     assert.ok(modules.includes(module), `${module} is missing from ${modules.join(", ")}`);
   }
   assert.ok(
@@ -408,9 +414,9 @@ Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers
       "lib/pages/content.ts",
       "lib/pages/layout.ts",
       "lib/pages/markdown.ts",
-      "lib/limit/decision.ts",
-      "lib/limit/memory.ts",
-      "lib/limit/caller.ts",
+      "lib/limit/core/decision.ts",
+      "lib/limit/memory/memory_store.ts",
+      "lib/limit/caller/caller_key.ts",
       "lib/respond/response_cache.ts",
     ]
   ) {

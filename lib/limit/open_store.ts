@@ -9,12 +9,12 @@
  * @module
  */
 
-import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.ts";
-import type { StoreFailurePolicy, StoreIncident } from "./guard.ts";
-import type { HitLog } from "./hit_log.ts";
-import type { SyncIncident } from "./local_first.ts";
-import { MemoryStore } from "./memory.ts";
-import { kvClock, memoryClock } from "./steady_clock.ts";
+import { policyOf, type PolicySettings, type RateLimitStore } from "./core/decision.ts";
+import type { StoreFailurePolicy, StoreIncident } from "./guard/guarded_store.ts";
+import type { HitLog } from "./core/hit_log.ts";
+import type { SyncIncident } from "./local_first/local_first_store.ts";
+import { MemoryStore } from "./memory/memory_store.ts";
+import { kvClock, memoryClock } from "./clock/steady_clock.ts";
 
 /** Where rate-limit state lives: this process, Deno KV, or Redis. */
 export type RateLimitStoreKind = "memory" | "kv" | "redis";
@@ -109,7 +109,7 @@ export async function openRateLimitStore(
   }
   if (config.rateLimitConsistency === "local-first") return await openLocalFirst(config, options);
   // Redis decides by its own clock; this one only measures the offset, from the decisions' replies.
-  const { StoreClock, observedClock, CLOCK_INTERVAL_MS } = await import("./store_clock.ts");
+  const { StoreClock, observedClock, CLOCK_INTERVAL_MS } = await import("./clock/store_clock.ts");
   // Deno KV stamps by this instance's clock, which follows a step of the wall clock only slowly;
   // the others' stamps are compared with it.
   const stamps = config.rateLimitStore === "kv" ? kvClock(policy.windowMs) : undefined;
@@ -119,14 +119,14 @@ export async function openRateLimitStore(
   });
   let store: RateLimitStore;
   if (stamps !== undefined) {
-    const { openKvStore } = await import("./kv.ts");
+    const { openKvStore } = await import("./kv/kv_store.ts");
     store = await openKvStore(policy, {
       path: config.kvPath,
       onStamp: (newest) => clock.observeStamp(newest),
       clock: stamps,
     });
   } else {
-    const { openRedisStore } = await import("./redis.ts");
+    const { openRedisStore } = await import("./redis/redis_store.ts");
     let sampled = -Infinity;
     store = await openRedisStore(redisTargetOf(config), policy, {
       connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
@@ -140,7 +140,7 @@ export async function openRateLimitStore(
     });
   }
   // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
-  const { GuardedStore } = await import("./guard.ts");
+  const { GuardedStore } = await import("./guard/guarded_store.ts");
   return observedClock(
     new GuardedStore(options.wrapStore?.(store) ?? store, {
       policy,
@@ -163,14 +163,14 @@ async function openLocalFirst(
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
-  const { StoreClock, stampedBy } = await import("./store_clock.ts");
+  const { StoreClock, stampedBy } = await import("./clock/store_clock.ts");
   const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   // One id per process: a restarted process is a new writer, and reads its predecessor's batches.
   const instance = crypto.randomUUID().slice(0, 13);
   let log: HitLog;
   let clock: InstanceType<typeof StoreClock>;
   if (config.rateLimitStore === "kv") {
-    const { KvHitLog } = await import("./kv_hit_log.ts");
+    const { KvHitLog } = await import("./kv/kv_hit_log.ts");
     log = new KvHitLog(await Deno.openKv(config.kvPath), policy.windowMs, {
       instance,
       ownsKv: true,
@@ -183,8 +183,8 @@ async function openLocalFirst(
     clock = new StoreClock({ wall: kvClock(policy.windowMs) });
   } else {
     const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
-      import("./redis_hit_log.ts"),
-      import("./redis_client.ts"),
+      import("./redis/redis_hit_log.ts"),
+      import("./redis/redis_client.ts"),
     ]);
     const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
     const client = await openRedisStoreClient(redisTargetOf(config), {
@@ -197,7 +197,7 @@ async function openLocalFirst(
     clock = new StoreClock({ read: () => client.time(key), ...onOffset });
     await clock.firstSample(connectWaitMs);
   }
-  const { LocalFirstStore } = await import("./local_first.ts");
+  const { LocalFirstStore } = await import("./local_first/local_first_store.ts");
   const store = new LocalFirstStore(options.wrapBackend?.(log) ?? log, policy, {
     syncMs: config.rateLimitSyncMs,
     syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),

@@ -7,9 +7,9 @@
  */
 
 import { type Config, redactSecrets } from "../config.ts";
-import type { RateLimitStore } from "../limit/decision.ts";
+import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
-import type { ClockVerdict } from "../limit/peer_clocks.ts";
+import type { ClockVerdict } from "../limit/clock/peer_clocks.ts";
 import type { Telemetry } from "../telemetry/load.ts";
 import { event, fatalExplained } from "./events.ts";
 

@@ -28,11 +28,11 @@ import {
   trace,
   type Tracer,
 } from "@opentelemetry/api";
-import type { Decision, RateLimitStore } from "../limit/decision.ts";
-import type { StoreFailurePolicy } from "../limit/guard.ts";
-import type { HitLog, LogBatch } from "../limit/hit_log.ts";
+import type { Decision, RateLimitStore } from "../limit/core/decision.ts";
+import type { StoreFailurePolicy } from "../limit/guard/guarded_store.ts";
+import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
-import type { BreakerState } from "../limit/circuit_breaker.ts";
+import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
@@ -77,7 +77,7 @@ export interface ObservableStore {
   failurePolicy?: StoreFailurePolicy;
   /**
    * Shared stores: the store's clock (or, Deno KV, the others' stamps) minus this instance's, in ms;
-   * undefined before it was measured (`lib/limit/store_clock.ts`).
+   * undefined before it was measured (`lib/limit/clock/store_clock.ts`).
    */
   clockOffsetMs?: () => number | undefined;
 }
