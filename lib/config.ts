@@ -7,12 +7,8 @@
  * @module
  */
 
-import {
-  type CidrSet,
-  type ForwardedHeader,
-  parseCidrSet,
-  parseIp,
-} from "./limit/caller/caller_key.ts";
+import { type CidrSet, parseCidrSet, parseIp } from "./http/address.ts";
+import type { ForwardedHeader } from "./http/forwarded.ts";
 import { KV_MAX_LIMIT } from "./limit/kv/kv_limit.ts";
 import type { StoreSettings } from "./limit/open_store.ts";
 

@@ -163,7 +163,10 @@ async function openLocalFirst(
   options: OpenStoreOptions,
 ): Promise<RateLimitStore> {
   const policy = policyOf(config);
-  const { StoreClock, stampedBy } = await import("./clock/store_clock.ts");
+  const [{ StoreClock }, { stampedBy }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./local_first/stamped.ts"),
+  ]);
   const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   // One id per process: a restarted process is a new writer, and reads its predecessor's batches.
   const instance = crypto.randomUUID().slice(0, 13);

@@ -1,10 +1,11 @@
 /**
- * Who is calling: the rate-limit key of a request and the truncated address the access log keeps.
+ * The caller key: who a request counts against, and the words a key is held under.
  *
- * The caller is the connection's peer address. Forwarded headers are believed only when the peer is a
- * trusted proxy, and are walked from the right so that a client cannot choose its own key by
- * prepending addresses. IPv4-mapped IPv6 addresses are unwrapped, and IPv6 is grouped by /64, the
- * smallest block a single subscriber is normally given.
+ * The caller is the connection's peer address, or behind a trusted proxy the client the forwarded
+ * header names (`lib/http/forwarded.ts` walks it; `lib/http/address.ts` parses addresses). The
+ * limiter's policy is here: IPv4-mapped and NAT64 addresses count as their IPv4 address, IPv6 by
+ * /64 (the smallest block a single subscriber is normally given), each written in one canonical
+ * spelling so that every spelling of one caller gives one key.
  *
  * A peer with no IP address (a unix socket or vsock: a proxy on the same host) says nothing about the
  * caller. Its forwarded header is believed when `TRUSTED_PROXIES` lists `unix`; a request whose caller
@@ -14,25 +15,27 @@
  * @module
  */
 
-/** Which forwarded header carries the client address when the peer is a trusted proxy. */
-export type ForwardedHeader = "x-forwarded-for" | "forwarded";
-
-/** A parsed address: 4 bytes (IPv4) or 16 bytes (IPv6). */
-export type IpBytes = Uint8Array;
-
-/** A set of CIDR ranges, matched by {@linkcode cidrSetHas}, and whether peers without an IP belong. */
-export interface CidrSet {
-  /** The ranges: network bytes and prefix length. */
-  readonly ranges: ReadonlyArray<{ bytes: IpBytes; prefix: number }>;
-  /** Whether a peer with no IP address (unix socket, vsock) is in the set: the entry `unix`. */
-  readonly unix?: boolean;
-}
+import {
+  type CidrSet,
+  cidrSetHas,
+  hexDigit,
+  type IpBytes,
+  NO_ADDRESS_ENTRY,
+  parseHostPort,
+  parseIp,
+  unmapIpv4,
+} from "../../http/address.ts";
+import {
+  forwardedClient,
+  type ForwardedHeader,
+  withinForwardedLength,
+} from "../../http/forwarded.ts";
 
 /**
  * The key of every request whose caller has no IP address: a unix-socket or vsock peer that is not
  * trusted, or a trusted one that forwarded no usable client address. One budget for all of them.
  */
-export const NO_ADDRESS_KEY = "unix";
+export const NO_ADDRESS_KEY = NO_ADDRESS_ENTRY;
 
 /**
  * The peer address of a connection, as a server gives it (Deno's `ServeHandlerInfo`; the Worker
@@ -59,202 +62,6 @@ export interface CallerOptions {
   forwardedHeader: ForwardedHeader;
   /** Called each time a request is keyed {@linkcode NO_ADDRESS_KEY}. */
   onNoAddress?: () => void;
-}
-
-/**
- * Parses an IPv4 or IPv6 address (no brackets, no port, an optional IPv6 zone is ignored).
- *
- * @returns the bytes, or `undefined` if `text` is not an address
- */
-export function parseIp(text: string): IpBytes | undefined {
-  return text.includes(":") ? parseIpv6(text) : parseIpv4(text);
-}
-
-function parseIpv4(text: string): IpBytes | undefined {
-  const parts = text.split(".");
-  if (parts.length !== 4) return undefined;
-  const bytes = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    const part = parts[i]!;
-    // Leading zeros are refused: some parsers read them as octal.
-    if (!/^(0|[1-9]\d{0,2})$/.test(part)) return undefined;
-    const value = Number(part);
-    if (value > 255) return undefined;
-    bytes[i] = value;
-  }
-  return bytes;
-}
-
-/** Most 16-bit words in an IPv6 address. */
-const IPV6_WORDS = 8;
-/** Most hex digits in one group of an IPv6 address. */
-const MAX_GROUP_DIGITS = 4;
-/** Character codes the IPv6 parser reads. */
-const COLON = 58;
-const DOT = 46;
-/**
- * The IPv6 parser's words, reused by every call: a typed array per call cost more than the rest
- * of the parse (about 0.4 µs each in Deno 2.9.6).
- */
-const HEAD_WORDS: number[] = new Array<number>(IPV6_WORDS).fill(0);
-const TAIL_WORDS: number[] = new Array<number>(IPV6_WORDS).fill(0);
-
-/** The value of the hex digit with character code `c` (either case), or -1. */
-function hexValue(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48;
-  const lower = c | 0x20;
-  return lower >= 97 && lower <= 102 ? lower - 87 : -1;
-}
-
-/**
- * Parses one side of an IPv6 address's `::` (`text` from `start` to `end`): groups of one to four
- * hex digits separated by single colons, the last of which may be a dotted IPv4 address (two
- * words). Writes the words into `out` from its start, in one pass without splitting the text (this runs
- * for every request of an IPv6 caller).
- *
- * @returns the number of words, or -1 if the side is not well formed
- */
-function ipv6Half(text: string, start: number, end: number, out: number[]): number {
-  if (start === end) return 0;
-  let n = 0;
-  let group = start;
-  for (let i = start; i <= end; i++) {
-    const c = i < end ? text.charCodeAt(i) : COLON;
-    if (c === DOT) {
-      // An embedded IPv4 address: only as the last group of this side.
-      const colon = text.indexOf(":", group);
-      if (colon !== -1 && colon < end) return -1;
-      const v4 = parseIpv4(text.slice(group, end));
-      if (!v4 || n + 2 > IPV6_WORDS) return -1;
-      out[n++] = (v4[0]! << 8) | v4[1]!;
-      out[n++] = (v4[2]! << 8) | v4[3]!;
-      return n;
-    }
-    if (c !== COLON) continue;
-    const digits = i - group;
-    if (digits < 1 || digits > MAX_GROUP_DIGITS || n >= IPV6_WORDS) return -1;
-    let word = 0;
-    for (let j = group; j < i; j++) {
-      const value = hexValue(text.charCodeAt(j));
-      if (value < 0) return -1;
-      word = (word << 4) | value;
-    }
-    out[n++] = word;
-    group = i + 1;
-  }
-  return n;
-}
-
-function parseIpv6(input: string): IpBytes | undefined {
-  const zone = input.indexOf("%");
-  const end = zone === -1 ? input.length : zone;
-  // The first "::"; a second one, or ":::", leaves an empty group in the tail, which is refused.
-  const gap = input.indexOf("::");
-  const bytes = new Uint8Array(16);
-  if (gap === -1 || gap >= end) {
-    if (ipv6Half(input, 0, end, HEAD_WORDS) !== IPV6_WORDS) return undefined;
-    writeWords(bytes, HEAD_WORDS, 0, IPV6_WORDS);
-    return bytes;
-  }
-  const head = ipv6Half(input, 0, gap, HEAD_WORDS);
-  if (head < 0) return undefined;
-  const tail = ipv6Half(input, gap + 2, end, TAIL_WORDS);
-  if (tail < 0 || head + tail >= IPV6_WORDS) return undefined;
-  writeWords(bytes, HEAD_WORDS, 0, head);
-  writeWords(bytes, TAIL_WORDS, IPV6_WORDS - tail, tail);
-  return bytes;
-}
-
-/** Writes `count` words into `bytes` from word `at`, high byte first. */
-function writeWords(bytes: IpBytes, words: number[], at: number, count: number): void {
-  for (let i = 0; i < count; i++) {
-    bytes[2 * (at + i)] = words[i]! >> 8;
-    bytes[2 * (at + i) + 1] = words[i]! & 0xff;
-  }
-}
-
-/**
- * Unwraps an IPv6 address that carries an IPv4 one to that IPv4 address: IPv4-mapped
- * (`::ffff:192.0.2.1`) and NAT64's well-known prefix (`64:ff9b::192.0.2.1`, RFC 6052: an IPv6-only
- * client reaching an IPv4 service through a NAT64 gateway, so one IPv4 host whichever way it came).
- * Other addresses are returned as they are.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * assert.deepEqual(unmapIpv4(parseIp("64:ff9b::c000:207")!), parseIp("192.0.2.7"));
- * assert.deepEqual(unmapIpv4(parseIp("::ffff:192.0.2.7")!), parseIp("192.0.2.7"));
- * assert.equal(unmapIpv4(parseIp("2001:db8::1")!).length, 16);
- * ```
- */
-export function unmapIpv4(bytes: IpBytes): IpBytes {
-  if (bytes.length !== 16) return bytes;
-  const nat64 = bytes[0] === 0 && bytes[1] === 0x64 && bytes[2] === 0xff && bytes[3] === 0x9b;
-  for (let i = nat64 ? 4 : 0; i < 10; i++) if (bytes[i] !== 0) return bytes;
-  const marker = nat64 ? 0 : 0xff;
-  if (bytes[10] !== marker || bytes[11] !== marker) return bytes;
-  return bytes.slice(12);
-}
-
-/**
- * Parses a comma-separated list of addresses and CIDR ranges (`10.0.0.0/8, ::1, 2001:db8::/32`); the
- * entry `unix` stands for peers with no IP address (unix sockets, vsock).
- *
- * @returns the set, and the entries that could not be parsed
- */
-export function parseCidrSet(list: string): { set: CidrSet; invalid: string[] } {
-  const ranges: Array<{ bytes: IpBytes; prefix: number }> = [];
-  const invalid: string[] = [];
-  let unix = false;
-  for (const raw of list.split(",")) {
-    const entry = raw.trim();
-    if (entry === "") continue;
-    if (entry.toLowerCase() === NO_ADDRESS_KEY) {
-      unix = true;
-      continue;
-    }
-    const [address = "", prefixText, extra] = entry.split("/");
-    const parsed = parseIp(address);
-    if (!parsed || extra !== undefined) {
-      invalid.push(entry);
-      continue;
-    }
-    const bytes = unmapIpv4(parsed);
-    const max = bytes.length * 8;
-    const mappedShift = parsed.length - bytes.length === 12 ? 96 : 0;
-    const prefix = prefixText === undefined
-      ? max
-      : /^\d{1,3}$/.test(prefixText)
-      ? Number(prefixText) - mappedShift
-      : NaN;
-    if (!(prefix >= 0 && prefix <= max)) {
-      invalid.push(entry);
-      continue;
-    }
-    ranges.push({ bytes, prefix });
-  }
-  return { set: unix ? { ranges, unix } : { ranges }, invalid };
-}
-
-/** Whether `bytes` (already unmapped) lies in one of the ranges of `set`. */
-export function cidrSetHas(set: CidrSet, bytes: IpBytes): boolean {
-  for (const { bytes: net, prefix } of set.ranges) {
-    if (net.length !== bytes.length) continue;
-    const whole = prefix >> 3;
-    let inside = true;
-    for (let i = 0; i < whole; i++) {
-      if (net[i] !== bytes[i]) {
-        inside = false;
-        break;
-      }
-    }
-    if (!inside) continue;
-    const rest = prefix & 7;
-    if (rest === 0) return true;
-    const mask = (0xff << (8 - rest)) & 0xff;
-    if (((net[whole]! ^ bytes[whole]!) & mask) === 0) return true;
-  }
-  return false;
 }
 
 /**
@@ -308,12 +115,106 @@ export function ipv4Value(key: string): number | undefined {
   return (value << 8) | part;
 }
 
+/** How a caller key is held in words: an IPv4 address (one word), ... */
+export const KEY_IPV4 = 1;
+/** ... an IPv6 /64 (two words), ... */
+export const KEY_IPV6 = 2;
+/** ... or any other key, held by its string. */
+export const KEY_OTHER = 3;
+
+/** The length of a canonical IPv6 /64 key, `xxxx:xxxx:xxxx:xxxx::/64`. */
+const IPV6_KEY_LENGTH = 24;
+/** Where its separators are (the other characters are lowercase hex digits). */
+const IPV6_COLONS = [4, 9, 14, 19, 20];
+
+/** A parsed caller key: see {@linkcode parseCallerKey}. */
+export interface ParsedKey {
+  /** {@linkcode KEY_IPV4}, {@linkcode KEY_IPV6} or {@linkcode KEY_OTHER}. */
+  kind: number;
+  /** The upper word: the /64's first 32 bits, 0 for IPv4. */
+  hi: number;
+  /** The lower word: the IPv4 address, or the /64's last 32 bits. */
+  lo: number;
+}
+
+/** Parses four lowercase hex digits at `at`, or returns -1. */
+function hextet(key: string, at: number): number {
+  let value = 0;
+  for (let i = at; i < at + 4; i++) {
+    const digit = hexDigit(key.charCodeAt(i));
+    if (digit < 0) return -1;
+    value = (value << 4) | digit;
+  }
+  return value;
+}
+
+/**
+ * The words a caller key is held under: a canonical dotted IPv4 address as its 32-bit value, a
+ * canonical IPv6 /64 key (four lowercase four-digit hextets, as `keyOfIp` writes it) as two 32-bit
+ * words, anything else as kind 3 (held by its string). Only canonical spellings become words, so
+ * distinct keys never share words.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(parseCallerKey("2001:0db8:0001:0002::/64"), { kind: 2, hi: 0x20010db8, lo: 0x00010002 });
+ * assert.deepEqual(parseCallerKey("192.0.2.1"), { kind: 1, hi: 0, lo: 0xc0000201 | 0 });
+ * assert.equal(parseCallerKey("2001:db8:1:2::/64").kind, 3);
+ * ```
+ */
+export function parseCallerKey(
+  key: string,
+  into: ParsedKey = { kind: 0, hi: 0, lo: 0 },
+): ParsedKey {
+  into.hi = 0;
+  into.lo = 0;
+  const v4 = ipv4Value(key);
+  if (v4 !== undefined) {
+    into.kind = KEY_IPV4;
+    into.lo = v4;
+    return into;
+  }
+  into.kind = KEY_OTHER;
+  if (key.length !== IPV6_KEY_LENGTH || !key.endsWith("::/64")) return into;
+  for (const at of IPV6_COLONS) if (key.charCodeAt(at) !== 58) return into;
+  const a = hextet(key, 0), b = hextet(key, 5), c = hextet(key, 10), d = hextet(key, 15);
+  if (a < 0 || b < 0 || c < 0 || d < 0) return into;
+  into.kind = KEY_IPV6;
+  into.hi = (a << 16) | b;
+  into.lo = (c << 16) | d;
+  return into;
+}
+
+/**
+ * The caller key that the words `hi` and `lo` of `kind` {@linkcode KEY_IPV4} or {@linkcode KEY_IPV6}
+ * stand for, spelled as {@linkcode keyOfIp} spells it: the inverse of {@linkcode parseCallerKey}.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const { kind, hi, lo } = parseCallerKey("2001:0db8:0001:0002::/64");
+ * assert.equal(keyOfWords(kind, hi, lo), "2001:0db8:0001:0002::/64");
+ * assert.equal(keyOfWords(KEY_IPV4, 0, 0xc0000201), "192.0.2.1");
+ * ```
+ */
+export function keyOfWords(kind: number, hi: number, lo: number): string {
+  if (kind === KEY_IPV4) return `${lo >>> 24}.${(lo >>> 16) & 255}.${(lo >>> 8) & 255}.${lo & 255}`;
+  return `${hextets(hi)}:${hextets(lo)}::/64`;
+}
+
+/** Two hextets of a 32-bit word, `xxxx:xxxx`, lowercase and padded. */
+function hextets(word: number): string {
+  const s = (word >>> 0).toString(16).padStart(8, "0");
+  return `${s.slice(0, 4)}:${s.slice(4)}`;
+}
+
 /**
  * The rate-limit key of a request.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
+ * import { parseCidrSet } from "../../http/address.ts";
  * const options = { trustedProxies: parseCidrSet("").set, forwardedHeader: "x-forwarded-for" } as const;
  * const peer = { remoteAddr: { hostname: "2001:db8:1:2:3:4:5:6" } };
  * assert.equal(callerKey(new Headers(), peer, options), "2001:0db8:0001:0002::/64");
@@ -335,49 +236,17 @@ export function callerKey(
   if (options.trustedProxies.ranges.length === 0 || !cidrSetHas(options.trustedProxies, bytes)) {
     return keyOfIp(bytes);
   }
-  return keyOfIp(forwardedClient(headers, bytes, options)!);
+  return keyOfIp(forwardedClient(headers, bytes, options.trustedProxies, options.forwardedHeader)!);
 }
 
 /** The key of a request from a peer with no IP address (see the module comment). */
 function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): string {
   const client = options.trustedProxies.unix
-    ? forwardedClient(headers, undefined, options)
+    ? forwardedClient(headers, undefined, options.trustedProxies, options.forwardedHeader)
     : undefined;
   if (client !== undefined) return keyOfIp(client);
   options.onNoAddress?.();
   return NO_ADDRESS_KEY;
-}
-
-/**
- * The most of a forwarded header read, from its right end: the entries a trusted proxy appends are
- * at the right, and the walk from the right stops at the first one that is not a trusted proxy, so
- * a longer value's left part (what a client wrote itself) is never needed. Its first entry, cut,
- * is dropped.
- */
-export const MAX_FORWARDED_LENGTH = 1024;
-
-/**
- * The most entries of a forwarded header walked from the right: a chain of more trusted proxies
- * than this ends the walk at the last one reached, as an unparseable entry does.
- */
-export const MAX_FORWARDED_HOPS = 32;
-
-/**
- * The right end of a forwarded header's value: the whole value up to
- * {@linkcode MAX_FORWARDED_LENGTH} characters, else its last ones from the first whole entry.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * assert.equal(forwardedTail("192.0.2.1, 10.0.0.1"), "192.0.2.1, 10.0.0.1");
- * assert.equal(forwardedTail("1".repeat(5000) + ", 192.0.2.7"), " 192.0.2.7");
- * ```
- */
-export function forwardedTail(value: string): string {
-  if (value.length <= MAX_FORWARDED_LENGTH) return value;
-  const tail = value.slice(value.length - MAX_FORWARDED_LENGTH);
-  const comma = tail.indexOf(",");
-  return comma === -1 ? "" : tail.slice(comma + 1);
 }
 
 /** What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. */
@@ -390,14 +259,15 @@ const PEER_MEMO_LIMIT = 4096;
 
 /**
  * A {@linkcode callerKey} for fixed options, for the hot path: it remembers what it learnt about each
- * peer address (its key, whether it is a trusted proxy; worth 5-10% behind a trusted proxy, paired:
- * tests/bench/README.md, "Tried and not kept"), and takes a single `X-Forwarded-For` entry that is
+ * peer address (its key, whether it is a trusted proxy: tests/bench/README.md, "Tried and not
+ * kept", has the figures), and takes a single `X-Forwarded-For` entry that is
  * already a canonical IPv4 address as the key without parsing it. Every answer equals
  * `callerKey(headers, info, options)`.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
+ * import { parseCidrSet } from "../../http/address.ts";
  * const keyOf = createCallerKey({ trustedProxies: parseCidrSet("10.0.0.0/8").set, forwardedHeader: "x-forwarded-for" });
  * const proxy = { remoteAddr: { hostname: "10.0.0.1" } };
  * assert.equal(keyOf(new Headers({ "x-forwarded-for": "192.0.2.7" }), proxy), "192.0.2.7");
@@ -411,10 +281,8 @@ export function createCallerKey(
   }
   const peers = new Map<string, PeerFacts>();
   const xff = options.forwardedHeader === "x-forwarded-for";
-  // The peer of the last request, checked before the map: behind a proxy nearly every request
-  // comes from the same few peers, and a comparison costs less than hashing a new string. With the
-  // response cache's last template, worth 6% to the hot caller, paired (tests/bench/README.md,
-  // "Tried and not kept"); neither alone is told apart from noise.
+  // The last request's peer is compared before the map is read: behind a proxy nearly every
+  // request comes from the same few peers (tests/bench/README.md, "Tried and not kept").
   let lastHostname = "";
   let lastPeer: PeerFacts | undefined;
   return (headers, info) => {
@@ -423,11 +291,7 @@ export function createCallerKey(
     const hostname = addr.hostname;
     let peer = hostname === lastHostname ? lastPeer : peers.get(hostname);
     if (peer === undefined) {
-      const parsed = parseIp(hostname);
-      const bytes = parsed && unmapIpv4(parsed);
-      peer = bytes
-        ? new PeerFacts(keyOfIp(bytes), cidrSetHas(options.trustedProxies, bytes))
-        : new PeerFacts(hostname, false);
+      peer = peerFacts(hostname, options.trustedProxies);
       if (peers.size >= PEER_MEMO_LIMIT) peers.clear();
       peers.set(hostname, peer);
     }
@@ -437,7 +301,7 @@ export function createCallerKey(
     if (xff) {
       // One entry that is a canonical IPv4 address: the walk would stop at it whether it is trusted
       // or not, and its key is itself.
-      const value = bounded(headers.get("x-forwarded-for"));
+      const value = withinForwardedLength(headers.get("x-forwarded-for"));
       if (value !== null && ipv4Value(value) !== undefined) return value;
       // Any other single entry: the walk ends at it too (its key), or at the proxy when it is not
       // an address; no need to parse the peer again.
@@ -450,74 +314,11 @@ export function createCallerKey(
   };
 }
 
-/**
- * Walks the forwarded chain from the right, past trusted proxies, to the first address that is not
- * one. An unparseable entry stops the walk at the proxy that relayed it: nobody can be keyed by a
- * string of their choosing. `peer` is undefined for a peer with no IP address: then so is the
- * answer when the header names no address.
- */
-function forwardedClient(
-  headers: Pick<Headers, "get">,
-  peer: IpBytes | undefined,
-  options: CallerOptions,
-): IpBytes | undefined {
-  const whole = headers.get(options.forwardedHeader);
-  if (whole === null) return peer;
-  const value = forwardedTail(whole);
-  const entries = options.forwardedHeader === "forwarded" ? forwardedFor(value) : value.split(",");
-  let client = peer;
-  const last = Math.max(0, entries.length - MAX_FORWARDED_HOPS);
-  for (let i = entries.length - 1; i >= last; i--) {
-    const parsed = parseHostPort(entries[i]!.trim());
-    if (!parsed) return client;
-    client = unmapIpv4(parsed);
-    if (!cidrSetHas(options.trustedProxies, client)) return client;
-  }
-  return client;
-}
-
-/** The `for=` values of a `Forwarded` header (RFC 7239), in order. */
-function forwardedFor(value: string): string[] {
-  const out: string[] = [];
-  for (const element of value.split(",")) {
-    let found = "";
-    for (const pair of element.split(";")) {
-      const eq = pair.indexOf("=");
-      if (eq !== -1 && pair.slice(0, eq).trim().toLowerCase() === "for") {
-        found = pair.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1");
-      }
-    }
-    out.push(found);
-  }
-  return out;
-}
-
-/** `value` when it is within {@linkcode MAX_FORWARDED_LENGTH}, else `null` (the slow path cuts it). */
-function bounded(value: string | null): string | null {
-  return value !== null && value.length > MAX_FORWARDED_LENGTH ? null : value;
-}
-
-/** Parses `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1` or `[2001:db8::1]:80`. */
-function parseHostPort(text: string): IpBytes | undefined {
-  if (text.startsWith("[")) {
-    const end = text.indexOf("]");
-    return end === -1 ? undefined : parseIpv6(text.slice(1, end));
-  }
-  const colons = text.split(":").length - 1;
-  if (colons === 1) return parseIpv4(text.slice(0, text.indexOf(":")));
-  return parseIp(text);
-}
-
-/**
- * The address the access log keeps: IPv4 truncated to /24 (`192.0.2.0`), IPv6 to /48 (`2001:db8:1::`).
- * The log never holds a full client address.
- */
-export function truncatedAddress(hostname: string): string {
+/** What a peer address is: its key, and whether it is one of the trusted proxies. */
+function peerFacts(hostname: string, trustedProxies: CidrSet): PeerFacts {
   const parsed = parseIp(hostname);
-  if (!parsed) return "unknown";
-  const bytes = unmapIpv4(parsed);
-  if (bytes.length === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.0`;
-  const words: string[] = [];
-  for (let i = 0; i < 6; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
-  return `${words.join(":")}::`;
+  const bytes = parsed && unmapIpv4(parsed);
+  return bytes
+    ? new PeerFacts(keyOfIp(bytes), cidrSetHas(trustedProxies, bytes))
+    : new PeerFacts(hostname, false);
 }

@@ -16,7 +16,14 @@
  * @module
  */
 
-import { parseCallerKey, type ParsedKey } from "../memory/caller_table.ts";
+import {
+  KEY_IPV4,
+  KEY_IPV6,
+  KEY_OTHER,
+  keyOfWords,
+  parseCallerKey,
+  type ParsedKey,
+} from "../caller/caller_key.ts";
 
 /** The format byte of a batch: a reader refuses another one (a newer format in a mixed fleet). */
 const FORMAT = 1;
@@ -26,10 +33,6 @@ const HEADER_BYTES = 9;
 export const MAX_KEY_BYTES = 1024;
 /** The most bytes one hit takes: kind, a length varint, the key, a time varint. */
 export const MAX_HIT_BYTES = 1 + 2 + MAX_KEY_BYTES + 10;
-
-const IPV4 = 1;
-const IPV6 = 2;
-const OTHER = 3;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -71,8 +74,8 @@ export class HitWriter {
     const bytes = this.#bytes;
     const parsed = parseCallerKey(key, this.#parsed);
     let utf8: Uint8Array | undefined;
-    let need = 1 + 10 + (parsed.kind === IPV4 ? 4 : 8);
-    if (parsed.kind !== IPV4 && parsed.kind !== IPV6) {
+    let need = 1 + 10 + (parsed.kind === KEY_IPV4 ? 4 : 8);
+    if (parsed.kind !== KEY_IPV4 && parsed.kind !== KEY_IPV6) {
       utf8 = encoder.encode(key);
       if (utf8.length > MAX_KEY_BYTES) return false;
       need = 1 + 2 + utf8.length + 10;
@@ -86,16 +89,16 @@ export class HitWriter {
     }
     let at = start;
     if (utf8 !== undefined) {
-      bytes[at++] = OTHER;
+      bytes[at++] = KEY_OTHER;
       at = writeVarint(bytes, at, utf8.length);
       bytes.set(utf8, at);
       at += utf8.length;
-    } else if (parsed.kind === IPV4) {
-      bytes[at++] = IPV4;
+    } else if (parsed.kind === KEY_IPV4) {
+      bytes[at++] = KEY_IPV4;
       this.#view.setInt32(at, parsed.lo);
       at += 4;
     } else {
-      bytes[at++] = IPV6;
+      bytes[at++] = KEY_IPV6;
       this.#view.setInt32(at, parsed.hi);
       this.#view.setInt32(at + 4, parsed.lo);
       at += 8;
@@ -148,13 +151,13 @@ export function decodeHits(batch: Uint8Array, each: (key: string, time: number) 
   while (at < batch.length) {
     const kind = batch[at++];
     let key: string;
-    if (kind === IPV4 && at + 4 <= batch.length) {
-      key = ipv4Of(view.getUint32(at));
+    if (kind === KEY_IPV4 && at + 4 <= batch.length) {
+      key = keyOfWords(KEY_IPV4, 0, view.getUint32(at));
       at += 4;
-    } else if (kind === IPV6 && at + 8 <= batch.length) {
-      key = `${hex(view.getUint32(at))}:${hex(view.getUint32(at + 4))}::/64`;
+    } else if (kind === KEY_IPV6 && at + 8 <= batch.length) {
+      key = keyOfWords(KEY_IPV6, view.getUint32(at), view.getUint32(at + 4));
       at += 8;
-    } else if (kind === OTHER) {
+    } else if (kind === KEY_OTHER) {
       cursor.at = at;
       const length = readVarint(batch, cursor);
       at = cursor.at;
@@ -172,16 +175,6 @@ export function decodeHits(batch: Uint8Array, each: (key: string, time: number) 
     if (!Number.isSafeInteger(t)) throw new RangeError(`hit batch: a time of ${t}`);
     each(key, t);
   }
-}
-
-function ipv4Of(value: number): string {
-  return `${value >>> 24}.${(value >>> 16) & 255}.${(value >>> 8) & 255}.${value & 255}`;
-}
-
-/** Two hextets of a 32-bit word, `xxxx:xxxx`, lowercase and padded as `keyOfIp` writes them. */
-function hex(word: number): string {
-  const s = word.toString(16).padStart(8, "0");
-  return `${s.slice(0, 4)}:${s.slice(4)}`;
 }
 
 /** Writes a non-negative integer (below 2^53) as a little-endian base-128 varint; returns the end. */

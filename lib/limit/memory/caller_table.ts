@@ -28,7 +28,7 @@
  * @module
  */
 
-import { ipv4Value } from "../caller/caller_key.ts";
+import { KEY_OTHER, parseCallerKey, type ParsedKey } from "../caller/caller_key.ts";
 import { LogPool } from "./log_pool.ts";
 import type { RunLog } from "./run_length_log.ts";
 
@@ -41,84 +41,8 @@ const ENTRY_BYTES = 25;
 /** No entry: the end of the insertion list, an empty free list. */
 const NONE = -1;
 
-/** How an entry's key is held: no caller (a free entry), ... */
+/** An entry with no caller: a free entry (the other kinds are the key's, `KEY_IPV4`...). */
 const FREE = 0;
-/** ... an IPv4 address (one word), ... */
-const IPV4 = 1;
-/** ... an IPv6 /64 (two words), ... */
-const IPV6 = 2;
-/** ... or any other key, held by its string. */
-const OTHER = 3;
-
-/** The length of a canonical IPv6 /64 key, `xxxx:xxxx:xxxx:xxxx::/64`. */
-const IPV6_KEY_LENGTH = 24;
-/** Where its separators are (the other characters are lowercase hex digits). */
-const IPV6_COLONS = [4, 9, 14, 19, 20];
-
-/** A parsed caller key: see {@linkcode parseCallerKey}. */
-export interface ParsedKey {
-  /** 1 for IPv4, 2 for an IPv6 /64, 3 for any other key. */
-  kind: number;
-  /** The upper word: the /64's first 32 bits, 0 for IPv4. */
-  hi: number;
-  /** The lower word: the IPv4 address, or the /64's last 32 bits. */
-  lo: number;
-}
-
-/** The value of a lowercase hex digit, or -1. */
-function hexDigit(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48;
-  if (c >= 97 && c <= 102) return c - 87;
-  return -1;
-}
-
-/** Parses four hex digits at `at` into `word`, or returns -1. */
-function hextet(key: string, at: number): number {
-  let value = 0;
-  for (let i = at; i < at + 4; i++) {
-    const digit = hexDigit(key.charCodeAt(i));
-    if (digit < 0) return -1;
-    value = (value << 4) | digit;
-  }
-  return value;
-}
-
-/**
- * The words a caller key is held under: a canonical dotted IPv4 address as its 32-bit value, a
- * canonical IPv6 /64 key (four lowercase four-digit hextets, as `keyOfIp` writes it) as two 32-bit
- * words, anything else as kind 3 (held by its string). Only canonical spellings become words, so
- * distinct keys never share words.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * assert.deepEqual(parseCallerKey("2001:0db8:0001:0002::/64"), { kind: 2, hi: 0x20010db8, lo: 0x00010002 });
- * assert.deepEqual(parseCallerKey("192.0.2.1"), { kind: 1, hi: 0, lo: 0xc0000201 | 0 });
- * assert.equal(parseCallerKey("2001:db8:1:2::/64").kind, 3);
- * ```
- */
-export function parseCallerKey(
-  key: string,
-  into: ParsedKey = { kind: 0, hi: 0, lo: 0 },
-): ParsedKey {
-  into.hi = 0;
-  into.lo = 0;
-  const v4 = ipv4Value(key);
-  if (v4 !== undefined) {
-    into.kind = IPV4;
-    into.lo = v4;
-    return into;
-  }
-  into.kind = OTHER;
-  if (key.length !== IPV6_KEY_LENGTH || !key.endsWith("::/64")) return into;
-  for (const at of IPV6_COLONS) if (key.charCodeAt(at) !== 58) return into;
-  const a = hextet(key, 0), b = hextet(key, 5), c = hextet(key, 10), d = hextet(key, 15);
-  if (a < 0 || b < 0 || c < 0 || d < 0) return into;
-  into.kind = IPV6;
-  into.hi = (a << 16) | b;
-  into.lo = (c << 16) | d;
-  return into;
-}
 
 /** A 32-bit hash of two words under `seed` (MurmurHash3's mixing steps). */
 function hashWords(hi: number, lo: number, seed: number): number {
@@ -224,7 +148,7 @@ export class CallerTable {
   find(key: string): number {
     const parsed = parseCallerKey(key, this.#key);
     this.#keyText = key;
-    if (parsed.kind === OTHER) return this.#others.get(key) ?? NONE;
+    if (parsed.kind === KEY_OTHER) return this.#others.get(key) ?? NONE;
     const { kind, hi, lo } = parsed;
     const mask = this.#mask;
     const slots = this.#slots;
@@ -243,7 +167,7 @@ export class CallerTable {
   probe(key: string): { home: number; slot: number; slots: number } {
     const { kind, hi, lo } = parseCallerKey(key);
     const slots = this.#slots.length;
-    if (kind === OTHER) return { home: -1, slot: -1, slots };
+    if (kind === KEY_OTHER) return { home: -1, slot: -1, slots };
     const home = hashWords(hi, lo, this.#seed) & this.#mask;
     const id = this.find(key);
     if (id < 0) return { home, slot: -1, slots };
@@ -266,7 +190,7 @@ export class CallerTable {
     this.#hi[id] = hi;
     this.#lo[id] = lo;
     this.time[id] = time;
-    if (kind === OTHER) {
+    if (kind === KEY_OTHER) {
       this.#others.set(this.#keyText, id);
       this.#otherNames.set(id, this.#keyText);
     } else {
@@ -283,7 +207,7 @@ export class CallerTable {
   /** Forgets entry `id` (it must hold a caller). */
   remove(id: number): void {
     const kind = this.#kind[id];
-    if (kind === OTHER) {
+    if (kind === KEY_OTHER) {
       this.#others.delete(this.#otherNames.get(id)!);
       this.#otherNames.delete(id);
     } else {

@@ -11,8 +11,8 @@ import {
   callerKey,
   type CallerOptions,
   createCallerKey,
-  parseCidrSet,
 } from "../../../lib/limit/caller/caller_key.ts";
+import { parseCidrSet } from "../../../lib/http/address.ts";
 
 function options(proxies: string, header: CallerOptions["forwardedHeader"] = "x-forwarded-for") {
   return { trustedProxies: parseCidrSet(proxies).set, forwardedHeader: header };

@@ -1,6 +1,7 @@
 /**
- * Tests of caller keys: address parsing, IPv4-mapped unwrapping, /64 grouping, trusted proxies, log
- * truncation, and peers with no IP address (unix sockets), also through a real unix-socket server.
+ * Tests of caller keys: IPv4-mapped and NAT64 peers, /64 grouping, trusted proxies and the forwarded
+ * walk, peers with no IP address (unix sockets), also through a real unix-socket server, and the
+ * words a key is held under (`parseCallerKey`).
  *
  * @module
  */
@@ -11,16 +12,13 @@ import { createHandler } from "../../../lib/handler.ts";
 import {
   callerKey,
   type CallerOptions,
-  cidrSetHas,
   createCallerKey,
   ipv4Value,
-  keyOfIp,
   NO_ADDRESS_KEY,
-  parseCidrSet,
-  parseIp,
-  truncatedAddress,
-  unmapIpv4,
+  parseCallerKey,
 } from "../../../lib/limit/caller/caller_key.ts";
+import { parseCidrSet } from "../../../lib/http/address.ts";
+import { truncatedAddress } from "../../../lib/access_log.ts";
 import { MemoryStore } from "../../../lib/limit/memory/memory_store.ts";
 import { testConfig, testContent } from "../../_server.ts";
 
@@ -36,103 +34,6 @@ function peer(hostname: string) {
 function key(hostname: string, headers: Record<string, string> = {}, options = NO_PROXIES): string {
   return callerKey(new Headers(headers), peer(hostname), options);
 }
-
-Deno.test("parseIp() reads IPv4 and every IPv6 spelling, and refuses what is not an address", () => {
-  const cases: Array<[string, string | undefined]> = [
-    ["192.0.2.1", "192.0.2.1"],
-    ["::1", "0000:0000:0000:0000::/64"],
-    ["2001:db8::1", "2001:0db8:0000:0000::/64"],
-    ["2001:DB8:0:0:1:2:3:4", "2001:0db8:0000:0000::/64"],
-    ["fe80::1%eth0", "fe80:0000:0000:0000::/64"],
-    ["::ffff:192.0.2.1", "0000:0000:0000:0000::/64"],
-    ["", undefined],
-    ["256.0.0.1", undefined],
-    ["01.2.3.4", undefined],
-    ["1.2.3", undefined],
-    ["1:2:3:4:5:6:7:8:9", undefined],
-    ["1::2::3", undefined],
-    ["12345::", undefined],
-    ["hello", undefined],
-  ];
-  for (const [text, expected] of cases) {
-    const parsed = parseIp(text);
-    assert.equal(parsed === undefined ? undefined : keyOfIp(parsed), expected, text);
-  }
-});
-
-/**
- * The IPv6 parser as it was before it became a single pass (split on "::" and ":", a regular
- * expression per group): the reference the property below holds the fast one to.
- */
-function referenceIpv6(input: string): number[] | undefined {
-  const zone = input.indexOf("%");
-  const text = zone === -1 ? input : input.slice(0, zone);
-  const halves = text.split("::");
-  if (halves.length > 2) return undefined;
-  const words = (half: string): number[] | undefined => {
-    if (half === "") return [];
-    const out: number[] = [];
-    const groups = half.split(":");
-    for (let i = 0; i < groups.length; i++) {
-      const group = groups[i]!;
-      if (i === groups.length - 1 && group.includes(".")) {
-        const v4 = parseIp(group);
-        if (!v4 || v4.length !== 4) return undefined;
-        out.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
-      } else if (/^[0-9a-fA-F]{1,4}$/.test(group)) {
-        out.push(parseInt(group, 16));
-      } else {
-        return undefined;
-      }
-    }
-    return out;
-  };
-  const head = words(halves[0]!);
-  const tail = halves.length === 2 ? words(halves[1]!) : [];
-  if (!head || !tail) return undefined;
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
-  return [...head, ...new Array<number>(missing).fill(0), ...tail];
-}
-
-Deno.test("property: parseIp() reads an IPv6 address exactly as the split-based parser did", () => {
-  const group = fc.oneof(
-    fc.integer({ min: 0, max: 0xffff }).map((v) => v.toString(16)),
-    fc.integer({ min: 0, max: 0xffff }).map((v) => v.toString(16).toUpperCase().padStart(4, "0")),
-    fc.constantFrom("", "12345", "0g", "1.2.3.4", "01.2.3.4", "255.255.255.255", "1.2.3"),
-  );
-  const separator = fc.constantFrom(":", ":", ":", "::", ":::");
-  const structured = fc.tuple(
-    fc.array(fc.tuple(group, separator), { maxLength: 10 }),
-    group,
-    fc.constantFrom("", "", "%eth0", "%", "%1::2"),
-  ).map(([pairs, last, zone]) => pairs.map(([g, s]) => g + s).join("") + last + zone);
-  const noise = fc.array(fc.constantFrom(..."0123456789abcdefABCDEFg:.%"), { maxLength: 40 })
-    .map((chars) => chars.join(""));
-  fc.assert(
-    fc.property(fc.oneof(structured, noise), (text) => {
-      if (!text.includes(":")) return; // parseIp reads it as IPv4
-      const parsed = parseIp(text);
-      const expected = referenceIpv6(text);
-      const words = parsed &&
-        Array.from({ length: 8 }, (_, i) => (parsed[2 * i]! << 8) | parsed[2 * i + 1]!);
-      assert.deepEqual(words, expected, text);
-    }),
-    { numRuns: 20_000 },
-  );
-});
-
-Deno.test("unmapIpv4() unwraps ::ffff:a.b.c.d, NAT64's 64:ff9b::a.b.c.d and their hex forms, and leaves other IPv6 alone", () => {
-  assert.equal(keyOfIp(unmapIpv4(parseIp("::ffff:192.0.2.1")!)), "192.0.2.1");
-  assert.equal(keyOfIp(unmapIpv4(parseIp("::ffff:c000:201")!)), "192.0.2.1");
-  assert.equal(keyOfIp(unmapIpv4(parseIp("64:ff9b::192.0.2.1")!)), "192.0.2.1");
-  assert.equal(keyOfIp(unmapIpv4(parseIp("64:ff9b::c000:201")!)), "192.0.2.1");
-  assert.equal(unmapIpv4(parseIp("::1")!).length, 16);
-  // Not the well-known /96: a local-use NAT64 prefix (RFC 8215), or bits set in the suffix.
-  assert.equal(unmapIpv4(parseIp("64:ff9b:1::192.0.2.1")!).length, 16);
-  assert.equal(unmapIpv4(parseIp("64:ff9b::1:192.0.2.1")!).length, 16);
-  assert.equal(unmapIpv4(parseIp("::ffff:0:192.0.2.1")!).length, 16);
-});
 
 Deno.test("callerKey() keys a NAT64 peer, or a NAT64 client behind a trusted proxy, as the IPv4 address it carries", () => {
   assert.equal(key("64:ff9b::203.0.113.7"), "203.0.113.7");
@@ -214,30 +115,6 @@ Deno.test("callerKey() reads Forwarded (RFC 7239) when configured to", () => {
   assert.equal(key("10.0.0.1", { "x-forwarded-for": "198.51.100.9" }, options), "10.0.0.1");
 });
 
-Deno.test("parseCidrSet() reads addresses and ranges and reports what it cannot read", () => {
-  const { set, invalid } = parseCidrSet(
-    " 10.0.0.0/8 ,192.0.2.1, ::1, 2001:db8::/32, ::ffff:172.16.0.0/108, bad, 10.0.0.0/33, 1.2.3.4/8/9,",
-  );
-  assert.deepEqual(invalid, ["bad", "10.0.0.0/33", "1.2.3.4/8/9"]);
-  const has = (text: string) => cidrSetHas(set, unmapIpv4(parseIp(text)!));
-  assert.equal(has("10.255.0.1"), true);
-  assert.equal(has("11.0.0.1"), false);
-  assert.equal(has("192.0.2.1"), true);
-  assert.equal(has("192.0.2.2"), false);
-  assert.equal(has("::1"), true);
-  assert.equal(has("2001:db8:ffff::1"), true);
-  assert.equal(has("2001:db9::1"), false);
-  assert.equal(has("172.16.5.5"), true, "a mapped range is matched as IPv4");
-  assert.equal(has("172.32.0.1"), false);
-});
-
-Deno.test("truncatedAddress() keeps /24 of IPv4 and /48 of IPv6, never the whole address", () => {
-  assert.equal(truncatedAddress("203.0.113.77"), "203.0.113.0");
-  assert.equal(truncatedAddress("::ffff:203.0.113.77"), "203.0.113.0");
-  assert.equal(truncatedAddress("2001:db8:aa:bb::1"), "2001:db8:aa::");
-  assert.equal(truncatedAddress("not an address"), "unknown");
-});
-
 // ---------------------------------------------------------------------------------------------------
 // Peers with no IP address
 
@@ -274,13 +151,6 @@ Deno.test("a peer with no IP address is keyed as one shared caller, and each suc
     assert.equal(createCallerKey(options)(new Headers(headers), UNIX_PEER), expected, label);
     assert.equal(told, 2 * reports, label);
   }
-});
-
-Deno.test("parseCidrSet() reads the entry unix as peers with no IP address", () => {
-  assert.equal(parseCidrSet("10.0.0.0/8, UNIX").set.unix, true);
-  assert.equal(parseCidrSet("10.0.0.0/8, UNIX").set.ranges.length, 1);
-  assert.equal(parseCidrSet("10.0.0.0/8").set.unix, undefined);
-  assert.deepEqual(parseCidrSet("unix:/run/x.sock").invalid, ["unix:/run/x.sock"]);
 });
 
 /** Serves the handler for `env` on a unix socket; returns a client for it and the warnings. */
@@ -370,5 +240,69 @@ Deno.test("ipv4Value() answers each text right when texts repeat and alternate",
         assert.equal(ipv4Value(value), expected(value), `${value}, again`);
       }
     }),
+  );
+});
+
+Deno.test("parseCallerKey() holds canonical IPv4 addresses and IPv6 /64 keys as words, any other key by its string", () => {
+  assert.deepEqual(parseCallerKey("0.0.0.0"), { kind: 1, hi: 0, lo: 0 });
+  assert.deepEqual(parseCallerKey("255.255.255.255"), { kind: 1, hi: 0, lo: -1 });
+  assert.deepEqual(parseCallerKey("ffff:ffff:0000:0001::/64"), { kind: 2, hi: -1, lo: 1 });
+  for (
+    const other of [
+      "010.0.0.1", // leading zero: not canonical, so not the same caller as 10.0.0.1
+      "10.0.0.01",
+      "256.0.0.1",
+      "1.2.3",
+      "2001:db8:1:2::/64", // short hextets: not canonical
+      "2001:0DB8:0001:0002::/64", // upper case: not canonical
+      "2001:0db8:0001:0002::/48",
+      "2001:0db8:0001:0002:/64x",
+      "2001:0db8:0001:000g::/64",
+      "2001:0db8-0001:0002::/64",
+      "unix",
+      "",
+    ]
+  ) {
+    assert.equal(parseCallerKey(other).kind, 3, other);
+  }
+});
+
+Deno.test("property: parseCallerKey() gives words exactly for a canonical key, and back to the same text", () => {
+  const ipv4 = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+  const ipv6 = /^(?:[0-9a-f]{4}:){4}:\/64$/;
+  const octet = fc.oneof(
+    fc.integer({ min: 0, max: 255 }).map(String),
+    fc.integer({ min: 0, max: 99 }).map((o) => `0${o}`), // leading zero
+    fc.integer({ min: 256, max: 999 }).map(String), // out of range
+    fc.constantFrom("", "1234", " 1", "1a", "-1"),
+  );
+  const dotted = fc.array(octet, { minLength: 2, maxLength: 5 }).map((o) => o.join("."));
+  const hextet = fc.oneof(
+    fc.integer({ min: 0, max: 0xffff }).map((v) => v.toString(16).padStart(4, "0")),
+    fc.integer({ min: 0, max: 0xfff }).map((v) => v.toString(16)), // short
+    fc.integer({ min: 0xa, max: 0xffff }).map((v) => v.toString(16).padStart(4, "0").toUpperCase()),
+    fc.constantFrom("", "0g00", "12345", ":"),
+  );
+  const network = fc.tuple(
+    fc.array(hextet, { minLength: 3, maxLength: 5 }),
+    fc.constantFrom("::/64", "::/48", ":/64"),
+  )
+    .map(([h, tail]) => h.join(":") + tail);
+  fc.assert(
+    fc.property(fc.oneof(dotted, network, fc.string()), (text) => {
+      const { kind, hi, lo } = parseCallerKey(text);
+      const expected = ipv4.test(text) ? 1 : ipv6.test(text) ? 2 : 3;
+      assert.equal(kind, expected, text);
+      // Back from the words to the very same string: no two keys share words.
+      if (kind === 1) {
+        assert.equal([lo >>> 24, (lo >>> 16) & 255, (lo >>> 8) & 255, lo & 255].join("."), text);
+      }
+      if (kind === 2) {
+        const hex = (v: number) => v.toString(16).padStart(4, "0");
+        const words = [hi >>> 16, hi & 0xffff, lo >>> 16, lo & 0xffff];
+        assert.equal(`${words.map(hex).join(":")}::/64`, text);
+      }
+    }),
+    { numRuns: 5000 },
   );
 });

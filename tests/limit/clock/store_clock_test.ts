@@ -17,7 +17,8 @@ import { decodeHits, HitWriter } from "../../../lib/limit/local_first/hit_codec.
 import { KvHitLog } from "../../../lib/limit/kv/kv_hit_log.ts";
 import { openRateLimitStore } from "../../../lib/limit/open_store.ts";
 import { openRedisStore } from "../../../lib/limit/redis/redis_store.ts";
-import { stampedBy, StoreClock } from "../../../lib/limit/clock/store_clock.ts";
+import { StoreClock } from "../../../lib/limit/clock/store_clock.ts";
+import { stampedBy } from "../../../lib/limit/local_first/stamped.ts";
 import { redisUnavailableReason, startRedis } from "../../_redis.ts";
 import { clocks, T0 } from "../_clocks.ts";
 

@@ -40,7 +40,9 @@ Deno.test("deno.json's memoryLimit and the unit's MemoryMax= hold the formula's 
   // A shared store in `exact` keeps nothing per caller here: the service and its old generation.
   assert.ok(Math.max(START_BYTES, SERVICE_BYTES + EXACT_BYTES) < peak);
   const deploy = denoJson.deploy.runtime.memoryLimit * 1_000_000; // MB, as Deno Deploy reads it
-  const unit = await Deno.readTextFile(new URL("../../deploy/discovery@.service", import.meta.url));
+  const unit = await Deno.readTextFile(
+    new URL("../../../deploy/discovery@.service", import.meta.url),
+  );
   const max = /^MemoryMax=(\d+)M$/m.exec(unit);
   assert.ok(max, "deploy/discovery@.service sets MemoryMax= in M (MiB)");
   const budgets: Array<[string, number]> = [["memoryLimit", deploy], [

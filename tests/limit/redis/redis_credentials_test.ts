@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { redisCli, redisUnavailableReason, startRedis, type TestRedis } from "../../_redis.ts";
 import { startService } from "../../_service_process.ts";
 
-const ROOT = join(import.meta.dirname!, "..", "..");
+const ROOT = join(import.meta.dirname!, "..", "..", "..");
 const PASSWORD = "pa#ss/w?rd";
 const USER_PASSWORD = "alice-s3cret";
 
