@@ -12,6 +12,7 @@
 import { policyOf, type PolicySettings, type RateLimitStore } from "./core/decision.ts";
 import type { StoreFailurePolicy, StoreIncident } from "./guard/guarded_store.ts";
 import type { HitLog } from "./core/hit_log.ts";
+import type { RedisType } from "./redis/redis_client.ts";
 import type { SyncIncident } from "./local_first/local_first_store.ts";
 import { MemoryStore } from "./memory/memory_store.ts";
 import { kvClock, memoryClock } from "./clock/steady_clock.ts";
@@ -36,7 +37,7 @@ export interface StoreSettings extends PolicySettings {
    */
   redisUrl: string | undefined;
   /** How Redis is deployed: one server, a cluster, or a primary watched by Sentinel. */
-  redisType: "single" | "cluster" | "sentinel";
+  redisType: RedisType;
   /** The primary's group name the sentinels watch; set whenever `redisType` is `sentinel`. */
   redisSentinelMaster: string | undefined;
   /** The longest a shared store may take to decide, in ms. */

@@ -34,7 +34,7 @@
  * @module
  */
 
-import { unref } from "../../timer.ts";
+import { raceTimer, unref } from "../../timer.ts";
 
 /** An offset above this, either way, is reported once per episode (ms). */
 export const WARN_OFFSET_MS = 1000;
@@ -184,12 +184,7 @@ export class StoreClock {
    * meanwhile if the store is not there yet (a failed read is left to the store's incident).
    */
   async firstSample(waitMs: number): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
-      this.sample().catch(() => {}),
-      new Promise((resolve) => timer = setTimeout(resolve, waitMs)),
-    ]);
-    clearTimeout(timer);
+    await raceTimer(this.sample().catch(() => {}), waitMs, () => ({ answer: undefined }));
   }
 
   /** Stops sampling. */

@@ -31,6 +31,7 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "../core/decision.ts";
+import { raceTimer } from "../../timer.ts";
 
 /** How late a timeout's timer may fire before the loop counts as busy, in ms. */
 export const LOOP_LAG_TOLERANCE_MS = 10;
@@ -251,25 +252,18 @@ export class GuardedStore implements RateLimitStore {
 
   #bounded(result: Promise<Decision>): Promise<Decision> {
     const timeoutMs = this.#timeoutMs;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      let due = performance.now() + timeoutMs;
-      let extensions = 0;
-      const expire = () => {
-        const now = performance.now();
-        if (now - due > LOOP_LAG_TOLERANCE_MS && extensions < MAX_EXTENSIONS) {
-          // The loop was busy: the answer may be read in the next turn. Time it again from here.
-          extensions++;
-          due = now + timeoutMs;
-          timer = setTimeout(expire, timeoutMs);
-          return;
-        }
-        reject(new StoreTimeoutError(timeoutMs));
-      };
-      timer = setTimeout(expire, timeoutMs);
+    let due = performance.now() + timeoutMs;
+    let extensions = 0;
+    return raceTimer(result, timeoutMs, () => {
+      const now = performance.now();
+      if (now - due > LOOP_LAG_TOLERANCE_MS && extensions < MAX_EXTENSIONS) {
+        // The loop was busy: the answer may be read in the next turn. Time it again from here.
+        extensions++;
+        due = now + timeoutMs;
+        return { wait: timeoutMs };
+      }
+      throw new StoreTimeoutError(timeoutMs);
     });
-    // `race` also observes a late rejection of `result`, so it never becomes unhandled.
-    return Promise.race([result, timeout]).finally(() => clearTimeout(timer));
   }
 
   #failed(error: unknown): void {

@@ -104,6 +104,12 @@ interface ReadBatch {
   versionstamp: string;
 }
 
+/** A batch's place in the log: its writer and number. */
+interface BatchKey {
+  instance: string;
+  seq: number;
+}
+
 /** What one writer's reading found: its batches in order, and where its cursor goes next. */
 interface WriterRead {
   instance: string;
@@ -196,7 +202,7 @@ export class KvHitLog implements HitLog {
         mine === null ? undefined : this.#append(mine),
         this.#registry(),
       ]);
-      const reads = joined(await Promise.all(this.#plan(registry).map((step) => step())));
+      const reads = await this.#read(registry);
       this.#advance(registry, reads);
       this.#more = reads.some((read) => read.more === true);
       return mergeByCommit(reads);
@@ -207,7 +213,7 @@ export class KvHitLog implements HitLog {
 
   /**
    * Moves the cursors past what was read (each only past batches found one after the other: see
-   * {@linkcode accepted}), and forgets writers long gone from the registry.
+   * `#accepted`), and forgets writers long gone from the registry.
    */
   #advance(registry: ReadonlyMap<string, number>, reads: readonly WriterRead[]): void {
     const now = this.#now();
@@ -287,24 +293,34 @@ export class KvHitLog implements HitLog {
     return writers;
   }
 
-  /** The reads this exchange needs, each answering one or more writers' batches. */
-  #plan(registry: Map<string, number>): (() => Promise<WriterRead>)[] {
-    const steps: (() => Promise<WriterRead>)[] = [];
-    const wanted: { instance: string; from: number; to: number }[] = [];
+  /**
+   * What this exchange reads, one read per writer: a `list` for a writer new to this reader or far
+   * behind, and for the others their wanted numbers by `getMany`, ten keys a call whoever's they are.
+   */
+  async #read(registry: Map<string, number>): Promise<WriterRead[]> {
+    const lists: Promise<WriterRead>[] = [];
+    // Every writer read by number has a read, found batches or none: its cursor is seen.
+    const reads: WriterRead[] = [];
+    const wanted: BatchKey[] = [];
     for (const [instance, newest] of registry) {
       const cursor = this.#cursors.get(instance);
       if (cursor === undefined) {
-        steps.push(() => this.#listFrom(instance, 0, newest));
+        lists.push(this.#listFrom(instance, 0, newest));
       } else if (newest >= cursor.next) {
         if (newest - cursor.next >= GET_MANY_MAX_SPAN) {
-          steps.push(() => this.#listFrom(instance, cursor.next, newest));
+          lists.push(this.#listFrom(instance, cursor.next, newest));
         } else {
-          wanted.push({ instance, from: cursor.next, to: newest });
+          reads.push({ instance, batches: [] });
+          for (let seq = cursor.next; seq <= newest; seq++) wanted.push({ instance, seq });
         }
       }
     }
-    for (const group of chunkKeys(wanted)) steps.push(...this.#getManyStep(group));
-    return steps;
+    const gets: Promise<WriterRead[]>[] = [];
+    for (let i = 0; i < wanted.length; i += GET_MANY_KEYS) {
+      gets.push(this.#getMany(wanted.slice(i, i + GET_MANY_KEYS)));
+    }
+    const [listed, got] = await Promise.all([Promise.all(lists), Promise.all(gets)]);
+    return joined([...listed, ...reads, ...got.flat()]);
   }
 
   /**
@@ -396,41 +412,26 @@ export class KvHitLog implements HitLog {
   }
 
   /**
-   * One `getMany` for up to ten wanted numbers (of one or several writers), answering each writer
-   * it covers whole; a writer's numbers spread over several calls are joined by {@linkcode join}.
+   * One `getMany` of up to ten batches (of one or several writers): a read of one batch for each
+   * found. A missing number at or below the registry's newest expired: there is nothing to wait for.
    */
-  #getManyStep(group: { instance: string; seq: number }[]): (() => Promise<WriterRead>)[] {
-    const shared = (async () => {
-      this.#roundTrips++;
-      return await this.#kv.getMany<unknown[]>(
-        group.map(({ instance, seq }) => [...this.#prefix, "b", instance, seq]),
-      );
-    })();
-    // One step per writer in the group, all served by the one call.
-    const byWriter = new Map<string, number[]>();
-    group.forEach(({ instance }, i) => {
-      const list = byWriter.get(instance);
-      if (list === undefined) byWriter.set(instance, [i]);
-      else list.push(i);
-    });
-    return [...byWriter].map(([instance, indexes]) => async () => {
-      const entries = await shared;
-      const batches: ReadBatch[] = [];
-      for (const i of indexes) {
-        const entry = entries[i]!;
-        // A missing number at or below the registry's newest expired: there is nothing to wait for.
-        if (entry.versionstamp === null) continue;
-        if (!(entry.value instanceof Uint8Array)) {
-          this.#unreadable("a batch entry whose value is not bytes");
-          continue;
-        }
-        batches.push({
-          batch: { instance, seq: group[i]!.seq, hits: entry.value },
-          versionstamp: entry.versionstamp,
-        });
+  async #getMany(keys: readonly BatchKey[]): Promise<WriterRead[]> {
+    this.#roundTrips++;
+    const entries = await this.#kv.getMany<unknown[]>(
+      keys.map(({ instance, seq }) => [...this.#prefix, "b", instance, seq]),
+    );
+    const reads: WriterRead[] = [];
+    for (const [i, { instance, seq }] of keys.entries()) {
+      const entry = entries[i]!;
+      if (entry.versionstamp === null) continue;
+      if (!(entry.value instanceof Uint8Array)) {
+        this.#unreadable("a batch entry whose value is not bytes");
+        continue;
       }
-      return { instance, batches };
-    });
+      const batch = { instance, seq, hits: entry.value };
+      reads.push({ instance, batches: [{ batch, versionstamp: entry.versionstamp }] });
+    }
+    return reads;
   }
 }
 
@@ -448,22 +449,7 @@ function pagesOf(entries: number, page: number): number {
   return Math.floor(entries / page) + 1;
 }
 
-/** The wanted numbers as groups of at most ten keys. */
-function chunkKeys(
-  wanted: readonly { instance: string; from: number; to: number }[],
-): { instance: string; seq: number }[][] {
-  const keys: { instance: string; seq: number }[] = [];
-  for (const { instance, from, to } of wanted) {
-    for (let seq = from; seq <= to; seq++) keys.push({ instance, seq });
-  }
-  const groups: { instance: string; seq: number }[][] = [];
-  for (let i = 0; i < keys.length; i += GET_MANY_KEYS) {
-    groups.push(keys.slice(i, i + GET_MANY_KEYS));
-  }
-  return groups;
-}
-
-/** Joins the reads of one writer split over several calls into one read per writer. */
+/** Joins the reads of one writer (a `getMany` answers one batch each) into one read per writer. */
 function joined(reads: readonly WriterRead[]): WriterRead[] {
   const perWriter = new Map<string, WriterRead>();
   for (const read of reads) {

@@ -43,7 +43,7 @@ import { decodeHits, HitWriter } from "./hit_codec.ts";
 import type { HitLog, LogBatch } from "../core/hit_log.ts";
 import { MemoryStore, type MemoryStoreMemory } from "../memory/memory_store.ts";
 import { type ClockVerdict, PeerClocks } from "../clock/peer_clocks.ts";
-import { unref } from "../../timer.ts";
+import { raceTimer, unref } from "../../timer.ts";
 
 /** The reports of a sync outage or overflow; limiting goes on by the local store meanwhile. */
 export type SyncIncident =
@@ -514,29 +514,18 @@ export class LocalFirstStore implements RateLimitStore {
    * connection (`redis_client.ts`, `SILENT_CONNECTION_MS`).
    */
   async #exchange(mine: LogBatch | null): Promise<LogBatch[]> {
-    if (this.#unsettled) throw new SyncTimeoutError(this.#options.syncTimeoutMs);
-    let settled = false;
-    let late = false;
+    const timeoutMs = this.#options.syncTimeoutMs;
+    if (this.#unsettled) throw new SyncTimeoutError(timeoutMs);
     const call = this.#log.exchange(mine);
-    // Registered before the bound's: runs first when the call settles in time.
-    call.then((reply) => {
-      settled = true;
-      if (!late) return;
-      this.#unsettled = false;
-      if (Array.isArray(reply)) this.#receive(reply);
-    }, () => {
-      settled = true;
-      if (late) this.#unsettled = false;
+    return await raceTimer(call, timeoutMs, () => {
+      // The bound expired with the call unsettled: it is late from here, whatever it does next.
+      this.#unsettled = true;
+      call.then((reply) => {
+        this.#unsettled = false;
+        if (Array.isArray(reply)) this.#receive(reply);
+      }, () => this.#unsettled = false);
+      throw new SyncTimeoutError(timeoutMs);
     });
-    try {
-      return await bounded(call, this.#options.syncTimeoutMs);
-    } catch (error) {
-      if (!settled) {
-        late = true;
-        this.#unsettled = true;
-      }
-      throw error;
-    }
   }
 
   /**
@@ -697,16 +686,4 @@ export class SyncTimeoutError extends Error {
     super(`rate-limit sync did not answer within ${timeoutMs} ms`);
     this.name = "SyncTimeoutError";
   }
-}
-
-/** The longest delay `setTimeout` keeps (a longer one fires at once); longer bounds are none. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-function bounded<T>(result: Promise<T>, timeoutMs: number): Promise<T> {
-  if (timeoutMs >= MAX_TIMER_MS) return result;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new SyncTimeoutError(timeoutMs)), timeoutMs);
-  });
-  return Promise.race([result, timeout]).finally(() => clearTimeout(timer));
 }

@@ -144,6 +144,7 @@ export interface LogPoolStats {
  * appends through it.
  */
 export class LogPool {
+  /** The size classes, by shift from {@linkcode MIN_SHIFT} (4 slots) to {@linkcode MAX_SHIFT}. */
   readonly #classes: SizeClass[] = [];
   /** Per entry: its size class (shift, 0 for none), segment, ring head and count. */
   readonly #shift: Uint8Array;
@@ -157,8 +158,8 @@ export class LogPool {
 
   /** Creates a pool for entries `0 .. capacity - 1`. */
   constructor(capacity: number) {
-    for (let shift = 0; shift <= MAX_SHIFT; shift++) {
-      this.#classes.push(new SizeClass(Math.max(shift, MIN_SHIFT)));
+    for (let shift = MIN_SHIFT; shift <= MAX_SHIFT; shift++) {
+      this.#classes.push(new SizeClass(shift));
     }
     this.#shift = new Uint8Array(capacity);
     this.#seg = new Int32Array(capacity);
@@ -265,7 +266,7 @@ export class LogPool {
   clear(id: number): void {
     if (this.#shift[id] === 0) return;
     this.#timestamps -= this.#count[id]!;
-    this.#classes[this.#shift[id]!]!.give(this.#seg[id]!);
+    this.#classes[this.#shift[id]! - MIN_SHIFT]!.give(this.#seg[id]!);
     this.#shift[id] = 0;
     this.#count[id] = 0;
     this.#logs--;
@@ -276,19 +277,19 @@ export class LogPool {
    * that the request path never unmaps (nor maps again a moment later).
    */
   release(): void {
-    for (let shift = MIN_SHIFT; shift <= MAX_SHIFT; shift++) this.#classes[shift]!.release();
+    for (const c of this.#classes) c.release();
   }
 
   /** Pooled logs, their timestamps, and the bytes they hold. */
   stats(): LogPoolStats {
     let bytes = this.#top * 9; // shift, segment, head and count of each entry used
-    for (const c of this.#classes.slice(MIN_SHIFT)) bytes += c.bytes;
+    for (const c of this.#classes) bytes += c.bytes;
     return { logs: this.#logs, timestamps: this.#timestamps, bytes };
   }
 
   /** Entry `id`'s `i`-th oldest timestamp. */
   #at(id: number, shift: number, i: number): number {
-    const cls = this.#classes[shift]!;
+    const cls = this.#classes[shift - MIN_SHIFT]!;
     const seg = this.#seg[id]!;
     const c = Math.floor(seg / cls.per);
     return cls
@@ -297,7 +298,7 @@ export class LogPool {
 
   #write(id: number, i: number, t: number): void {
     const shift = this.#shift[id]!;
-    const cls = this.#classes[shift]!;
+    const cls = this.#classes[shift - MIN_SHIFT]!;
     const seg = this.#seg[id]!;
     const c = Math.floor(seg / cls.per);
     cls.chunks[c]![((seg - c * cls.per) << shift) + ((this.#head[id]! + i) & (cls.size - 1))] = t;
@@ -306,7 +307,7 @@ export class LogPool {
   /** Gives entry `id` a new, empty segment of class `shift` (head 0). */
   #place(id: number, shift: number): void {
     this.#shift[id] = shift;
-    this.#seg[id] = this.#classes[shift]!.take();
+    this.#seg[id] = this.#classes[shift - MIN_SHIFT]!.take();
     this.#head[id] = 0;
   }
 
@@ -314,7 +315,7 @@ export class LogPool {
   #move(id: number, shift: number): void {
     const times = this.times(id);
     const old = this.#shift[id]!;
-    this.#classes[old]!.give(this.#seg[id]!);
+    this.#classes[old - MIN_SHIFT]!.give(this.#seg[id]!);
     this.#place(id, shift);
     for (let i = 0; i < times.length; i++) this.#write(id, i, times[i]!);
   }

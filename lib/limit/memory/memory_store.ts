@@ -83,16 +83,31 @@ const MIN_SWEEP_BUDGET = 100;
 /** The default cap on tracked callers (`RATE_LIMIT_MAX_CALLERS`). */
 export const DEFAULT_MAX_CALLERS = 500_000;
 
+/** How a caller's log is held: one time in the table (one request in the window), ... */
+const SINGLE = 0;
+/** ... a ring in the table's log pool (a limit of at most 256), ... */
+const POOLED = 1;
+/** ... or a heap run log (above a limit of 256). */
+const RUN = 2;
+/** One of {@linkcode SINGLE}, {@linkcode POOLED}, {@linkcode RUN}. */
+type LogForm = typeof SINGLE | typeof POOLED | typeof RUN;
+
+/** A peek's answer for a caller with nothing in the window. */
+const NOTHING_LIVE: { readonly count: number; readonly oldest: number } = { count: 0, oldest: 0 };
+
 /**
  * The in-memory store: one process, exact, bounded.
  *
  * Callers live in a {@linkcode CallerTable}: open addressing over typed arrays sized once from the
  * cap, so that no call ever waits for a table to be rebuilt, and a caller with one request in the
  * window (the common case) is an IPv4 address or IPv6 /64 as integers and one float64 time, with
- * no heap object of its own. A caller with more requests keeps a {@linkcode RunLog} (one timestamp
- * per distinct time, a count only beside a repeated one), kept ascending (a request from a clock
- * that stepped back is inserted in order), whose length is bounded by the distinct times in the
- * window, not by the limit. Times are absolute milliseconds: there is no base time to move.
+ * no heap object of its own. A caller with more requests keeps its times in a ring of the table's
+ * {@linkcode LogPool} (shared typed-array chunks) at a limit of at most 256, and above that in a
+ * {@linkcode RunLog} (one timestamp per distinct time, a count only beside a repeated one), whose
+ * length is bounded by the distinct times in the window, not by the limit. Either is kept
+ * ascending (a request from a clock that stepped back is inserted in order). `#formOf` tells which
+ * of the three holds a caller, and each operation has one method per form. Times are absolute
+ * milliseconds: there is no base time to move.
  *
  * A sweep every {@linkcode SWEEP_INTERVAL_MS} visits part of the table, so that every entry is
  * visited about twice per window, and forgets callers with nothing left in the window. At the cap
@@ -176,23 +191,14 @@ export class MemoryStore implements RateLimitStore {
       table.add(now);
       return this.#first;
     }
-    if (table.logs.count(id) > 0) return this.#hitPooled(id, now, cutoff);
-    const log = table.logOf(id);
-    if (log === undefined) {
-      const single = table.time[id]!;
-      if (single <= cutoff) {
-        table.time[id] = now;
-        return this.#first;
-      }
-      const decision = decide(1, single, now, policy);
-      if (decision.allowed) {
-        if (this.#pooled) table.logs.start(id, single, now);
-        else table.setLog(id, twoRequests(single, now));
-        if (now > single) table.time[id] = now;
-      }
-      return decision;
+    switch (this.#formOf(id)) {
+      case SINGLE:
+        return this.#hitSingle(id, now, cutoff);
+      case POOLED:
+        return this.#hitPooled(id, now, cutoff);
+      case RUN:
+        return this.#hitRun(id, table.logOf(id)!, now, cutoff);
     }
-    return this.#hitLog(id, log, now, cutoff);
   }
 
   /**
@@ -205,7 +211,6 @@ export class MemoryStore implements RateLimitStore {
    */
   record(key: string, t: number): void {
     checkTime(t);
-    const limit = this.#policy.limit;
     const table = this.#table;
     const id = table.find(key);
     if (id < 0) {
@@ -216,36 +221,16 @@ export class MemoryStore implements RateLimitStore {
     const newest = table.time[id]!;
     const cutoff = Math.max(t, newest) - this.#policy.windowMs;
     if (t <= cutoff) return;
-    if (table.logs.count(id) > 0) {
-      const logs = table.logs;
-      const count = logs.trim(id, cutoff);
-      if (count === 0) {
-        table.time[id] = t;
-        return;
-      }
-      if (count >= limit) {
-        if (t <= logs.oldest(id)) return;
-        logs.dropOldest(id, count - limit + 1);
-      }
-      if (!logs.push(id, t)) table.setLog(id, runLogOf(logs, id, t));
-    } else {
-      const log = table.logOf(id);
-      if (log !== undefined) {
-        trim(log, cutoff);
-        if (countOf(log) === 0) {
-          table.setLog(id, undefined);
-          table.time[id] = t;
-          return;
-        }
-        add(log, t);
-        if (countOf(log) > limit) keepNewest(log, limit);
-      } else if (newest <= cutoff) {
-        table.time[id] = t;
-        return;
-      } else if (limit > 1) {
-        if (this.#pooled) table.logs.start(id, newest, t);
-        else table.setLog(id, twoRequests(newest, t));
-      }
+    switch (this.#formOf(id)) {
+      case SINGLE:
+        this.#recordSingle(id, t, cutoff);
+        break;
+      case POOLED:
+        this.#recordPooled(id, t, cutoff);
+        break;
+      case RUN:
+        this.#recordRun(id, table.logOf(id)!, t, cutoff);
+        break;
     }
     if (t > newest) table.time[id] = t;
   }
@@ -257,19 +242,7 @@ export class MemoryStore implements RateLimitStore {
     const cutoff = now - this.#policy.windowMs;
     const table = this.#table;
     const id = table.find(key);
-    let count = 0;
-    let oldest = 0;
-    if (id >= 0) {
-      const log = table.logOf(id);
-      if (table.logs.count(id) > 0) {
-        ({ count, oldest } = table.logs.liveAfter(id, cutoff));
-      } else if (log !== undefined) {
-        ({ count, oldest } = liveAfter(log, cutoff));
-      } else if (table.time[id]! > cutoff) {
-        count = 1;
-        oldest = table.time[id]!;
-      }
-    }
+    const { count, oldest } = id < 0 ? NOTHING_LIVE : this.#liveAfter(id, cutoff);
     return peekDecision(count, oldest, now, this.#policy);
   }
 
@@ -321,6 +294,37 @@ export class MemoryStore implements RateLimitStore {
     this.#timer = undefined;
   }
 
+  /**
+   * How caller `id`'s log is held, the one branch point of {@linkcode MemoryStore.hit},
+   * {@linkcode MemoryStore.record} and {@linkcode MemoryStore.peek}: each has one method per form.
+   */
+  #formOf(id: number): LogForm {
+    if (this.#table.logs.count(id) > 0) return POOLED;
+    return this.#table.logOf(id) === undefined ? SINGLE : RUN;
+  }
+
+  /** {@linkcode MemoryStore.hit} for a caller held by one time in the table. */
+  #hitSingle(id: number, now: number, cutoff: number): Decision {
+    const table = this.#table;
+    const single = table.time[id]!;
+    if (single <= cutoff) {
+      table.time[id] = now;
+      return this.#first;
+    }
+    const decision = decide(1, single, now, this.#policy);
+    if (decision.allowed) {
+      this.#startLog(id, single, now);
+      if (now > single) table.time[id] = now;
+    }
+    return decision;
+  }
+
+  /** A caller's second time in the window: a pooled log, or a run log above a limit of 256. */
+  #startLog(id: number, first: number, second: number): void {
+    if (this.#pooled) this.#table.logs.start(id, first, second);
+    else this.#table.setLog(id, twoRequests(first, second));
+  }
+
   /** {@linkcode MemoryStore.hit} for a caller with a pooled log. */
   #hitPooled(id: number, now: number, cutoff: number): Decision {
     const policy = this.#policy;
@@ -339,7 +343,7 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /** {@linkcode MemoryStore.hit} for a caller with a heap run log. */
-  #hitLog(id: number, log: RunLog, now: number, cutoff: number): Decision {
+  #hitRun(id: number, log: RunLog, now: number, cutoff: number): Decision {
     const policy = this.#policy;
     const table = this.#table;
     trim(log, cutoff);
@@ -358,6 +362,55 @@ export class MemoryStore implements RateLimitStore {
       keepNewest(log, policy.limit);
     }
     return decision;
+  }
+
+  /** {@linkcode MemoryStore.record} for a caller held by one time in the table. */
+  #recordSingle(id: number, t: number, cutoff: number): void {
+    const newest = this.#table.time[id]!;
+    if (newest <= cutoff) this.#table.time[id] = t;
+    else if (this.#policy.limit > 1) this.#startLog(id, newest, t);
+  }
+
+  /** {@linkcode MemoryStore.record} for a caller with a pooled log. */
+  #recordPooled(id: number, t: number, cutoff: number): void {
+    const limit = this.#policy.limit;
+    const table = this.#table;
+    const logs = table.logs;
+    const count = logs.trim(id, cutoff);
+    if (count === 0) {
+      table.time[id] = t;
+      return;
+    }
+    if (count >= limit) {
+      if (t <= logs.oldest(id)) return;
+      logs.dropOldest(id, count - limit + 1);
+    }
+    if (!logs.push(id, t)) table.setLog(id, runLogOf(logs, id, t));
+  }
+
+  /** {@linkcode MemoryStore.record} for a caller with a heap run log. */
+  #recordRun(id: number, log: RunLog, t: number, cutoff: number): void {
+    trim(log, cutoff);
+    if (countOf(log) === 0) {
+      this.#table.setLog(id, undefined);
+      this.#table.time[id] = t;
+      return;
+    }
+    add(log, t);
+    if (countOf(log) > this.#policy.limit) keepNewest(log, this.#policy.limit);
+  }
+
+  /** {@linkcode MemoryStore.peek}'s count and oldest time of caller `id` after `cutoff`. */
+  #liveAfter(id: number, cutoff: number): { count: number; oldest: number } {
+    const table = this.#table;
+    switch (this.#formOf(id)) {
+      case SINGLE:
+        return table.time[id]! > cutoff ? { count: 1, oldest: table.time[id]! } : NOTHING_LIVE;
+      case POOLED:
+        return table.logs.liveAfter(id, cutoff);
+      case RUN:
+        return liveAfter(table.logOf(id)!, cutoff);
+    }
   }
 
   /**

@@ -89,11 +89,6 @@ export function oldestOf(log: RunLog): number | undefined {
   return log[TOTAL] === 0 ? undefined : log[log[HEAD]!];
 }
 
-/** The newest timestamp (`undefined` when no entry is live). */
-export function newestOf(log: RunLog): number | undefined {
-  return log[TOTAL] === 0 ? undefined : log[newestIndex(log)];
-}
-
 /** Forgets the entries at or before `cutoff`. */
 export function trim(log: RunLog, cutoff: number): void {
   let head = log[HEAD]!;
@@ -137,13 +132,13 @@ export function add(log: RunLog, t: number): void {
   if (newest < log.length) {
     const time = log[newest]!;
     if (t === time) return countAgain(log, newest);
-    if (t < time) return insertInOrder(log, t); // the clock stepped back: times stay ascending
+    if (t < time) return insertLate(log, t); // the clock stepped back: times stay ascending
   }
   log.push(t);
 }
 
 /** Counts a request at `t` older than the newest entry: in its entry if one has its time. */
-function insertInOrder(log: RunLog, t: number): void {
+function insertLate(log: RunLog, t: number): void {
   const head = log[HEAD]!;
   let i = newestIndex(log);
   let at = log.length;

@@ -15,7 +15,7 @@ import { createClient, createCluster, createSentinel, ErrorReply } from "@redis/
 import slotModule from "@redis/client/dist/lib/utils/calculate-slot.js";
 import type { RateLimitPolicy } from "../core/decision.ts";
 import { SCRIPTS } from "./redis_scripts.ts";
-import { unref } from "../../timer.ts";
+import { raceTimer, unref } from "../../timer.ts";
 
 /** How Redis is deployed: one server, a cluster, or a primary and replicas watched by Sentinel. */
 export type RedisType = "single" | "cluster" | "sentinel";
@@ -416,12 +416,7 @@ class Connection implements RedisStoreClient {
   }
 
   async ready(waitMs: number): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const waited = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, waitMs);
-    });
-    await Promise.race([this.#connected, waited]);
-    clearTimeout(timer);
+    await raceTimer(this.#connected, waitMs, () => ({ answer: undefined }));
   }
 
   async typeProblem(): Promise<string | undefined> {
@@ -506,7 +501,7 @@ class Connection implements RedisStoreClient {
       if (lane.replies !== lane.seen || lane.quietSince === undefined) {
         lane.seen = lane.replies;
         lane.quietSince = now;
-      } else if (lane.waiting > 0 && now - lane.quietSince >= this.#silentMs) {
+      } else if (now - lane.quietSince >= this.#silentMs) {
         dead = true;
       }
     }

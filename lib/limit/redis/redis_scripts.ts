@@ -15,17 +15,24 @@ import { defineScript } from "@redis/client";
 import type { RateLimitPolicy } from "../core/decision.ts";
 
 /**
- * Defines `now`: the server's clock in whole ms, unless ARGV[n] carries a time (a test's injected
- * clock, `RedisStore`'s `callerClock`). `TIME` is allowed in a script that writes since Redis 5
- * (effects replication: replicas and the AOF get the `ZADD` with its score, not the script), so every
- * decision of a caller is taken by one clock: the server's.
+ * Defines `serverNow()`: the server's clock in whole ms. `TIME` is allowed in a script that writes
+ * since Redis 5 (effects replication: replicas and the AOF get the `ZADD` with its score, not the
+ * script), so every decision of a caller is taken by one clock: the server's.
  */
-const NOW_OR_ARGV = (n: number) => `
-local now = tonumber(ARGV[${n}])
-if now == nil then
+const SERVER_NOW = `
+local function serverNow()
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+`;
+
+/**
+ * Defines `now`: the server's clock, unless ARGV[n] carries a time (a test's injected clock,
+ * `RedisStore`'s `callerClock`).
+ */
+const NOW_OR_ARGV = (n: number) =>
+  `${SERVER_NOW}
+local now = tonumber(ARGV[${n}]) or serverNow()
 `;
 
 /**
@@ -83,9 +90,8 @@ return now
  * (a failover) or is gone, the id returned is the stream's end (or empty: read from the window's
  * start), so that new entries are not skipped.
  */
-const EXCHANGE_SCRIPT = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+const EXCHANGE_SCRIPT = `${SERVER_NOW}
+local now = serverNow()
 local keep = tonumber(ARGV[1])
 local minid = tostring(now - keep)
 local instance = ARGV[3]

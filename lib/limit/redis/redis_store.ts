@@ -16,10 +16,10 @@
  * @module
  */
 
-import { peekDecision } from "../core/decision.ts";
 import {
   decide,
   type Decision,
+  peekDecision,
   type RateLimitPolicy,
   type RateLimitStore,
 } from "../core/decision.ts";
