@@ -105,7 +105,7 @@ export interface Telemetry {
   /** Times every call to the shared store of `exact`, each as a child span of its request. */
   wrapStore(store: RateLimitStore): RateLimitStore;
   /** Times every exchange of `local-first`, with its batch size and the time since the last good one. */
-  wrapBackend(log: HitLog): HitLog;
+  wrapHitLog(log: HitLog): HitLog;
   /** Counts the breaker's transitions from the guard's incidents (`unavailable`, `recovered`). */
   incident(incident: { kind: string }): void;
   /** Counts the listener's accept failures and its time down. */
@@ -139,7 +139,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
     wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
     wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
-    wrapBackend: (backend) => syncTiming(backend, meter, options),
+    wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
       if (incident.kind === "unavailable") breaker.transitions.add(1, breaker.opened);
       if (incident.kind === "recovered") breaker.transitions.add(1, breaker.closed);

@@ -9,7 +9,7 @@
  * call, which the Worker's failure policy answers. The logs are read once, before the first call is
  * delivered (`blockConcurrencyWhile`), so every decision after that is synchronous.
  *
- * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`object_logs.ts`).
+ * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`lib/limit/durable_object/object_logs.ts`).
  * Idle callers are dropped by an alarm set one window after the first counted request; it forgets
  * the callers with nothing left in the window, deletes their values, and sets itself again for the
  * next caller to become idle. When no caller is left it deletes all of the object's storage, so an

@@ -5,7 +5,7 @@
  * Instances that share a store must stamp hits by one clock, or an instance whose clock is 30 s ahead
  * sees the others' hits leave the window 30 s early and admits a caller again (two instances, a
  * limit of 60: 120 admitted). Redis `exact` needs nothing of this module to decide: its scripts read
- * the server's `TIME` (`redis_scripts.ts`). Redis `local-first` decides here, so it stamps hits by
+ * the server's `TIME` (`redis/redis_scripts.ts`). Redis `local-first` decides here, so it stamps hits by
  * this clock: the server's time as NTP estimates it.
  *
  * - A sample reads the server's time between two readings of the monotonic clock: the server's time

@@ -34,7 +34,7 @@ const EXPIRY_GRACE_MS = 1000;
 
 /**
  * An entry lives two windows (and the grace): the database expires it by its own wall clock, which
- * may have been stepped up to a window ahead of the stamps (`steady_clock.ts`'s `kvClock` follows a
+ * may have been stepped up to a window ahead of the stamps (`clock/steady_clock.ts`'s `kvClock` follows a
  * step within a window only slowly), and a live log must not be forgotten.
  */
 const EXPIRY_WINDOWS = 2;
@@ -49,12 +49,12 @@ export interface KvStoreOptions {
   ownsKv?: boolean;
   /**
    * Receives the newest stamp of every log read: Deno KV has no clock of its own, so a stamp in this
-   * instance's future is how a clock ahead of it shows (`store_clock.ts`).
+   * instance's future is how a clock ahead of it shows (`clock/store_clock.ts`).
    */
   onStamp?: (newest: number) => void;
   /**
    * The decisions' clock (ms since the epoch): when set, `hit` and `peek` stamp by it and ignore the
-   * time they are passed. The service passes `steady_clock.ts`'s `kvClock`, which a step of the wall
+   * time they are passed. The service passes `clock/steady_clock.ts`'s `kvClock`, which a step of the wall
    * clock moves only at a bounded rate.
    */
   clock?: () => number;

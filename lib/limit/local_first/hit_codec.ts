@@ -1,5 +1,5 @@
 /**
- * The packing of `local-first`'s hit batches (`LogBatch.hits`, `hit_log.ts`): a caller key and a
+ * The packing of `local-first`'s hit batches (`LogBatch.hits`, `core/hit_log.ts`): a caller key and a
  * time per hit, compact, since every admitted hit of every instance goes through the shared log.
  *
  * A batch is a format byte, the first hit's time as a float64 (whole ms), then one record per hit:

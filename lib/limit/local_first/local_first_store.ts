@@ -5,7 +5,7 @@
  * Each instance keeps every caller of the deployment in its own {@linkcode MemoryStore} (pooled,
  * bounded by `RATE_LIMIT_MAX_CALLERS`, with the memory store's cap and formula) and decides there.
  * The hits it admits are packed into batches (`hit_codec.ts`) and, at most one exchange in flight,
- * started at most every `syncMs`, sent to the shared hit log (`hit_log.ts`: a Redis stream, a Deno KV
+ * started at most every `syncMs`, sent to the shared hit log (`core/hit_log.ts`: a Redis stream, a Deno KV
  * prefix) by one exchange that brings back, in the same round trip, the batches the other instances
  * appended since. Their hits are recorded in the memory store at their own times
  * ({@linkcode MemoryStore.record}). A process that starts reads the last window before it serves
@@ -33,7 +33,7 @@
  * is recorded at this instance's now and counted (`futureHits`), so no entry holds a caller's window
  * past one window (and the tolerance) from now; an entry or batch that cannot be read costs that
  * entry (`unreadBatches`), and the sync goes on; the peers' stamps tell whose clock is wrong
- * (`peer_clocks.ts`). Each of these is reported once per episode.
+ * (`clock/peer_clocks.ts`). Each of these is reported once per episode.
  *
  * @module
  */
@@ -98,7 +98,7 @@ export type SyncIncident =
   | {
     /** The peers' stamps disagree with this instance's clock; the verdict says whose is wrong. */
     kind: "clock";
-    /** The verdict (`peer_clocks.ts`); `agree` ends the episode. */
+    /** The verdict (`clock/peer_clocks.ts`); `agree` ends the episode. */
     verdict: ClockVerdict;
   };
 
@@ -173,7 +173,7 @@ export interface LocalFirstStats {
 
 /**
  * How far in this instance's future a peer's hit may be stamped by default (ms): a second, the
- * clocks' warning threshold (`store_clock.ts`, `WARN_OFFSET_MS`); instances on Redis stamp by the
+ * clocks' warning threshold (`clock/store_clock.ts`, `WARN_OFFSET_MS`); instances on Redis stamp by the
  * store's clock, each within half its sample's round trip of it.
  */
 export const FUTURE_TOLERANCE_MS = 1000;
@@ -511,7 +511,7 @@ export class LocalFirstStore implements RateLimitStore {
    * again with the same number (a log keeps it once). Until it has settled no other exchange starts
    * (a sync meanwhile fails at once): two exchanges of one log are never in flight together. An
    * exchange sent down a connection that died silently settles when the Redis client replaces that
-   * connection (`redis_client.ts`, `SILENT_CONNECTION_MS`).
+   * connection (`redis/redis_client.ts`, `SILENT_CONNECTION_MS`).
    */
   async #exchange(mine: LogBatch | null): Promise<LogBatch[]> {
     const timeoutMs = this.#options.syncTimeoutMs;
@@ -637,7 +637,7 @@ export class LocalFirstStore implements RateLimitStore {
     }
   }
 
-  /** Reports the peers' clock verdict when it changes (`peer_clocks.ts`). */
+  /** Reports the peers' clock verdict when it changes (`clock/peer_clocks.ts`). */
   #judgeClocks(): void {
     const verdict = this.#peerClocks.verdict();
     const key = verdict.kind === "self"

@@ -34,7 +34,7 @@ export interface MemoryStoreOptions {
   now?: () => number;
   /**
    * The decisions' clock (ms since the epoch): when set, `hit` and `peek` stamp by it and ignore the
-   * time they are passed, and the sweep runs by it. The service passes `steady_clock.ts`'s, which a
+   * time they are passed, and the sweep runs by it. The service passes `clock/steady_clock.ts`'s, which a
    * step of the wall clock does not move.
    */
   clock?: () => number;

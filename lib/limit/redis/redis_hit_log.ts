@@ -1,5 +1,5 @@
 /**
- * The `local-first` hit log on Redis (`hit_log.ts`): one stream, `<prefix>{hitlog}`, whose entries
+ * The `local-first` hit log on Redis (`core/hit_log.ts`): one stream, `<prefix>{hitlog}`, whose entries
  * are the instances' batches (fields `i` instance, `s` number, `h` hits in base64), and a hash,
  * `<prefix>{hitlog}:seq`, of each instance's last batch number. Both keys carry one hash tag, so a
  * cluster keeps them in one slot and routes every exchange to the primary owning it; Sentinel's

@@ -66,7 +66,7 @@ return {count, oldest, now}
 /**
  * KEYS[1] = any key (a managed cluster refuses a script without one; the key picks the primary whose
  * clock is read); returns the server's now in whole ms. The `local-first` clock's sample
- * (`store_clock.ts`).
+ * (`clock/store_clock.ts`).
  */
 const TIME_SCRIPT = `${NOW_OR_ARGV(1)}
 return now

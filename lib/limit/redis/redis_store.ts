@@ -11,7 +11,7 @@
  * extra round trip; they return the server's now, against which the headers are computed (the same
  * clock as the log's scores, so they count down consistently). The instance's own time is used only
  * to measure how far its clock is from the server's (`onServerTime`, for the warning and the metric
- * of `store_clock.ts`).
+ * of `clock/store_clock.ts`).
  *
  * @module
  */
