@@ -14,7 +14,7 @@ import { type AccessLog, createAccessLog, writeAll } from "./lib/access_log.ts";
 import type { Config } from "./lib/config.ts";
 import { createHandler, type ServiceHandler } from "./lib/handler.ts";
 import { MIN_SYNC_TIMEOUT_MS } from "./lib/limit/open_store.ts";
-import type { RateLimitStore } from "./lib/limit/decision.ts";
+import type { RateLimitStore } from "./lib/limit/core/decision.ts";
 import type { Content } from "./lib/pages/content.ts";
 import { buildAnswers } from "./lib/respond/paths.ts";
 import { configure } from "./lib/server/configure.ts";

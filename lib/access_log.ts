@@ -9,7 +9,8 @@
  * @module
  */
 
-import { NO_ADDRESS_KEY, truncatedAddress } from "./limit/caller.ts";
+import { parseIp, unmapIpv4 } from "./http/address.ts";
+import { ipv4Value, NO_ADDRESS_KEY } from "./limit/caller/caller_key.ts";
 import { later } from "./timer.ts";
 
 /** One access-log record: never the query string, a body, or a full client address. */
@@ -164,4 +165,27 @@ export function createAccessLog(
 export function writeAll(writer: { writeSync(p: Uint8Array): number }, chunk: Uint8Array): void {
   let offset = 0;
   while (offset < chunk.length) offset += writer.writeSync(chunk.subarray(offset));
+}
+
+/**
+ * The address the access log keeps: IPv4 truncated to /24 (`192.0.2.0`), IPv6 to /48 (`2001:db8:1::`).
+ * The log never holds a full client address. A canonical IPv4 address (a caller key's spelling) is
+ * cut as text; any other is parsed.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(truncatedAddress("192.0.2.77"), "192.0.2.0");
+ * assert.equal(truncatedAddress("2001:db8:aa:bb::1"), "2001:db8:aa::");
+ * ```
+ */
+export function truncatedAddress(hostname: string): string {
+  if (ipv4Value(hostname) !== undefined) return `${hostname.slice(0, hostname.lastIndexOf("."))}.0`;
+  const parsed = parseIp(hostname);
+  if (!parsed) return "unknown";
+  const bytes = unmapIpv4(parsed);
+  if (bytes.length === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.0`;
+  const words: string[] = [];
+  for (let i = 0; i < 6; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
+  return `${words.join(":")}::`;
 }

@@ -7,8 +7,9 @@
  * @module
  */
 
-import { type CidrSet, type ForwardedHeader, parseCidrSet, parseIp } from "./limit/caller.ts";
-import { KV_MAX_LIMIT } from "./limit/kv_limit.ts";
+import { type CidrSet, parseCidrSet, parseIp } from "./http/address.ts";
+import type { ForwardedHeader } from "./http/forwarded.ts";
+import { KV_MAX_LIMIT } from "./limit/kv/kv_limit.ts";
 import type { StoreSettings } from "./limit/open_store.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */

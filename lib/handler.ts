@@ -4,7 +4,7 @@
  * This module is that composition and nothing else. At start-up (`setUp`) it builds the paths'
  * answers (`respond/paths.ts`, each built when first needed) and the response cache, and schedules
  * the warm-up (`warm_up.ts`, imported when it starts); per request it takes the caller's key
- * (`limit/caller.ts`), the limiter's decision (the store's `hit`, or its `peek` for a CORS
+ * (`limit/caller/caller_key.ts`), the limiter's decision (the store's `hit`, or its `peek` for a CORS
  * preflight, `preflightDecision`), the path's answers, the one that answers (`respond/answers.ts`,
  * a promise while it is being built) and a clone of its prebuilt response for that decision
  * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
@@ -16,7 +16,7 @@
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
 import type { Config } from "./config.ts";
 import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
-import { createCallerKey, type PeerInfo } from "./limit/caller.ts";
+import { createCallerKey, type PeerInfo } from "./limit/caller/caller_key.ts";
 import {
   type Decision,
   pending,
@@ -25,7 +25,7 @@ import {
   rateLimitConstants,
   type RateLimitStore,
   undecided,
-} from "./limit/decision.ts";
+} from "./limit/core/decision.ts";
 import type { Content } from "./pages/content.ts";
 import { type Answers, type Chooser, createChooser, type PathAnswers } from "./respond/answers.ts";
 import { buildAnswers } from "./respond/paths.ts";
@@ -87,8 +87,8 @@ export interface HandlerOptions {
  * ```ts
  * import assert from "node:assert/strict";
  * import { loadConfig, recordEnv } from "./config.ts";
- * import { policyOf } from "./limit/decision.ts";
- * import { MemoryStore } from "./limit/memory.ts";
+ * import { policyOf } from "./limit/core/decision.ts";
+ * import { MemoryStore } from "./limit/memory/memory_store.ts";
  * import { DISK_STATIC_FILES } from "./server/static_files.ts";
  * import { loadContent } from "./pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));

@@ -55,3 +55,47 @@ export function unref(timer: unknown): void {
     (timer as { unref: () => void }).unref();
   }
 }
+
+/** The longest delay `setTimeout` keeps (a longer one fires at once): a longer bound is none. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** What a timer's expiry decides: wait `wait` ms more, or settle the race with `answer`. */
+export type Expiry<L> = { readonly wait: number } | { readonly answer: L };
+
+/**
+ * Races `result` against a timer of `ms`, the one race of a call against its bound. When the timer
+ * fires first, `expire` decides: wait more (`{ wait }`), answer (`{ answer }`), or throw (the race
+ * rejects with it). The timer is cleared once the race settles, and a late rejection of `result` is
+ * observed by the race, so it never becomes unhandled. A bound of {@linkcode MAX_TIMER_MS} or more is
+ * none: `result` alone.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const never = new Promise<string>(() => {});
+ * assert.equal(await raceTimer(never, 1, () => ({ answer: "late" })), "late");
+ * assert.equal(await raceTimer(Promise.resolve("in time"), 1_000, () => ({ answer: "late" })), "in time");
+ * await assert.rejects(raceTimer(never, 1, () => { throw new Error("timed out"); }), /timed out/);
+ * ```
+ */
+export function raceTimer<T, L>(
+  result: Promise<T>,
+  ms: number,
+  expire: () => Expiry<L>,
+): Promise<T | L> {
+  if (ms >= MAX_TIMER_MS) return result;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expiry = new Promise<L>((resolve, reject) => {
+    const fire = () => {
+      try {
+        const decided = expire();
+        if ("wait" in decided) timer = setTimeout(fire, decided.wait);
+        else resolve(decided.answer);
+      } catch (error) {
+        reject(error);
+      }
+    };
+    timer = setTimeout(fire, ms);
+  });
+  return Promise.race([result, expiry]).finally(() => clearTimeout(timer));
+}

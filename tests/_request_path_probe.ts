@@ -10,8 +10,8 @@
 
 import { createHandler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
-import { policyOf } from "../lib/limit/decision.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { policyOf } from "../lib/limit/core/decision.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 

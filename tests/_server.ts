@@ -17,10 +17,10 @@ import type { AccessRecord } from "../lib/access_log.ts";
 import { createHandler } from "../lib/handler.ts";
 import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import type { PathAnswers } from "../lib/respond/answers.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
-import { policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
+import { policyOf, type RateLimitStore } from "../lib/limit/core/decision.ts";
 import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 /** The five rate-limit fields every response carries. */

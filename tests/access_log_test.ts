@@ -10,8 +10,9 @@ import {
   createAccessLog,
   createAccessRecorder,
   formatAccessRecord,
+  truncatedAddress,
 } from "../lib/access_log.ts";
-import { NO_ADDRESS_KEY } from "../lib/limit/caller.ts";
+import { NO_ADDRESS_KEY } from "../lib/limit/caller/caller_key.ts";
 import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 import { rawRequest, startServer } from "./_server.ts";
 
@@ -151,4 +152,11 @@ Deno.test("the access log names the request target's path whatever Host says, an
   await rawRequest(server.url, "/api/v1/platform?x=1");
   assert.equal(server.records.at(-1)!.path, "/api/v1/platform");
   assert.equal(server.records.at(-1)!.host, undefined);
+});
+
+Deno.test("truncatedAddress() keeps /24 of IPv4 and /48 of IPv6, never the whole address", () => {
+  assert.equal(truncatedAddress("203.0.113.77"), "203.0.113.0");
+  assert.equal(truncatedAddress("::ffff:203.0.113.77"), "203.0.113.0");
+  assert.equal(truncatedAddress("2001:db8:aa:bb::1"), "2001:db8:aa::");
+  assert.equal(truncatedAddress("not an address"), "unknown");
 });

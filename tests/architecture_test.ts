@@ -2,8 +2,10 @@
  * The architecture, tested on the real module graph: `deno info --json main.ts` lists every module
  * main.ts reaches (dynamic imports included) and what each imports, types included. The suite fails
  * on an import cycle, on a module importing from a higher layer, on a module of `lib/` that no layer
- * names, and on a module of `lib/` that main.ts does not reach (dead). And on a function of main.ts
- * or `lib/` longer than a screen, measured on the TypeScript compiler's syntax tree.
+ * names, and on a module of `lib/` that main.ts does not reach (dead); in `lib/limit/`, on a backend
+ * importing another, a concept's internals imported from outside its folder, or any import the
+ * concepts' table does not allow. And on a function of main.ts or `lib/` longer than a screen,
+ * measured on the TypeScript compiler's syntax tree.
  *
  * @module
  */
@@ -126,6 +128,71 @@ function layerOf(path: string): { layer: number; group: string } | undefined {
   return LAYERS.find((layer) => layer.matches(path));
 }
 
+/**
+ * The limiter's concepts, one folder each under `lib/limit/`, and the concepts each may import
+ * (lib/limit/README.md, "Layout"). `open_store.ts`, the composition root at the top, is the one
+ * module that crosses them all; no concept imports it.
+ */
+const LIMIT_CONCEPTS: Readonly<Record<string, readonly string[]>> = {
+  // The decision, the store interface, the RateLimit fields, the hit log's contract.
+  core: [],
+  // The caller key and the words it is held under (addresses are lib/http/'s).
+  caller: [],
+  // The clocks: steady, the store's as estimated, the peers' majority.
+  clock: ["core"],
+  // The memory store and its internals: caller table, log pool, run-length log.
+  memory: ["core", "caller"],
+  // The failure policy around a shared store, and its circuit breaker.
+  guard: ["core"],
+  // Decided locally by a memory store, shared through a hit log in batches.
+  local_first: ["core", "caller", "clock", "memory"],
+  kv: ["core"],
+  redis: ["core"],
+  // The Workers' client of the rate-limiter object, wrapped in the failure policy.
+  durable_object: ["core", "guard"],
+};
+
+/** The backends: where callers' logs are kept. None imports another. */
+const BACKENDS = ["memory", "kv", "redis", "durable_object"];
+
+/** A concept's internals: modules that only its own folder imports. */
+const INTERNALS: Readonly<Record<string, readonly string[]>> = {
+  memory: [
+    "lib/limit/memory/caller_table.ts",
+    "lib/limit/memory/log_pool.ts",
+    "lib/limit/memory/run_length_log.ts",
+  ],
+};
+
+/** The limiter concept of `path` (its folder under `lib/limit/`), "" at the top, or undefined. */
+function conceptOf(path: string): string | undefined {
+  const match = /^lib\/limit\/(?:([a-z_]+)\/)?[a-z_]+\.ts$/.exec(path);
+  return match ? match[1] ?? "" : undefined;
+}
+
+/** The imports of `graph` that break the limiter's layout: see {@linkcode LIMIT_CONCEPTS}. */
+function limitViolations(graph: Graph): string[] {
+  const violations: string[] = [];
+  for (const [module, imports] of graph) {
+    const from = conceptOf(module);
+    for (const target of imports) {
+      const to = conceptOf(target);
+      const internalOf = Object.keys(INTERNALS).find((c) => INTERNALS[c]!.includes(target));
+      if (internalOf !== undefined && from !== internalOf) {
+        violations.push(`${module} imports ${target}, an internal of ${internalOf}/`);
+      }
+      if (from === undefined || to === undefined || from === to || from === "") continue;
+      if (to === "") violations.push(`${module} imports the composition root ${target}`);
+      else if (BACKENDS.includes(from) && BACKENDS.includes(to)) {
+        violations.push(`${module} (backend ${from}) imports ${target} (backend ${to})`);
+      } else if (!LIMIT_CONCEPTS[from]?.includes(to)) {
+        violations.push(`${module} (${from}) imports ${target} (${to}), not among ${from}'s`);
+      }
+    }
+  }
+  return violations;
+}
+
 /** Every `.ts` file under `lib/`, relative to the root. */
 async function libFiles(dir = join(ROOT, "lib")): Promise<string[]> {
   const files: string[] = [];
@@ -151,14 +218,52 @@ Deno.test("cycles() finds a cycle through several modules, and none in a layered
 
 Deno.test("layerViolations() names an import of a higher layer and one across groups of a layer", () => {
   const graph: Graph = new Map([
-    ["lib/http/message.ts", ["lib/limit/decision.ts"]],
+    ["lib/http/message.ts", ["lib/limit/core/decision.ts"]],
     ["lib/warm_up.ts", ["lib/telemetry/load.ts", "lib/http/message.ts"]],
-    ["lib/limit/decision.ts", []],
+    ["lib/limit/core/decision.ts", []],
   ]);
   assert.deepEqual(layerViolations(graph), [
-    "lib/http/message.ts (http, layer 0) imports lib/limit/decision.ts (limit, layer 1)",
+    "lib/http/message.ts (http, layer 0) imports lib/limit/core/decision.ts (limit, layer 1)",
     "lib/warm_up.ts (service, layer 4) imports lib/telemetry/load.ts (telemetry, layer 4)",
   ]);
+});
+
+Deno.test("limitViolations() names a backend importing another, a sibling's internals and the root", () => {
+  const graph: Graph = new Map([
+    ["lib/limit/open_store.ts", ["lib/limit/kv/kv_store.ts", "lib/limit/memory/memory_store.ts"]],
+    ["lib/limit/kv/kv_store.ts", [
+      "lib/limit/memory/memory_store.ts",
+      "lib/limit/core/decision.ts",
+    ]],
+    ["lib/limit/local_first/hit_codec.ts", ["lib/limit/memory/caller_table.ts"]],
+    ["lib/limit/redis/redis_store.ts", ["lib/limit/open_store.ts"]],
+    ["lib/limit/guard/guarded_store.ts", ["lib/limit/clock/store_clock.ts"]],
+    ["lib/limit/memory/memory_store.ts", ["lib/limit/memory/caller_table.ts"]],
+  ]);
+  assert.deepEqual(limitViolations(graph), [
+    "lib/limit/kv/kv_store.ts (backend kv) imports lib/limit/memory/memory_store.ts (backend memory)",
+    "lib/limit/local_first/hit_codec.ts imports lib/limit/memory/caller_table.ts, an internal of memory/",
+    "lib/limit/redis/redis_store.ts imports the composition root lib/limit/open_store.ts",
+    "lib/limit/guard/guarded_store.ts (guard) imports lib/limit/clock/store_clock.ts (clock), not among guard's",
+  ]);
+});
+
+Deno.test("the limiter keeps its layout: no backend imports another, internals stay in their folder, only the root crosses", async () => {
+  const graph = await moduleGraph();
+  const concepts = new Set([...graph.keys()].map(conceptOf).filter((c) => c !== undefined));
+  assert.deepEqual([...concepts].sort(), ["", ...Object.keys(LIMIT_CONCEPTS)].sort());
+  assert.deepEqual(limitViolations(graph), []);
+});
+
+Deno.test("lib/limit/ holds only the composition root and README.md at its top; each concept is a folder", async () => {
+  const top: string[] = [];
+  for await (const entry of Deno.readDir(join(ROOT, "lib/limit"))) {
+    top.push(entry.isDirectory ? `${entry.name}/` : entry.name);
+  }
+  assert.deepEqual(
+    top.sort(),
+    ["README.md", "open_store.ts", ...Object.keys(LIMIT_CONCEPTS).map((c) => `${c}/`)].sort(),
+  );
 });
 
 Deno.test("the module graph of main.ts has no import cycle", async () => {
@@ -297,7 +402,13 @@ async function requestPathModules(): Promise<string[]> {
 Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, async () => {
   const modules = await requestPathModules();
   // The probe's requests reached the handler, the store and the response: the count is of a real path.
-  for (const module of ["lib/handler.ts", "lib/limit/memory.ts", "lib/respond/response_cache.ts"]) {
+  for (
+    const module of [
+      "lib/handler.ts",
+      "lib/limit/memory/memory_store.ts",
+      "lib/respond/response_cache.ts",
+    ]
+  ) {
     assert.ok(modules.includes(module), `${module} is missing from ${modules.join(", ")}`);
   }
   assert.ok(
@@ -402,9 +513,9 @@ Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers
       "lib/pages/content.ts",
       "lib/pages/layout.ts",
       "lib/pages/markdown.ts",
-      "lib/limit/decision.ts",
-      "lib/limit/memory.ts",
-      "lib/limit/caller.ts",
+      "lib/limit/core/decision.ts",
+      "lib/limit/memory/memory_store.ts",
+      "lib/limit/caller/caller_key.ts",
       "lib/respond/response_cache.ts",
     ]
   ) {

@@ -52,16 +52,19 @@ Deno.test("main.ts loads no node: module and no npm package before its first res
 
 Deno.test("main.ts loads none of the shared stores' modules before its first response (the default store is in memory)", async () => {
   const loaded = await staticallyLoaded();
-  assert.ok(loaded.has("lib/limit/memory.ts"), "the graph is read as paths from the root");
+  assert.ok(
+    loaded.has("lib/limit/memory/memory_store.ts"),
+    "the graph is read as paths from the root",
+  );
   const shared = [
-    "lib/limit/guard.ts",
-    "lib/limit/circuit_breaker.ts",
-    "lib/limit/kv.ts",
-    "lib/limit/redis.ts",
-    "lib/limit/local_first.ts",
-    "lib/limit/hit_codec.ts",
-    "lib/limit/redis_hit_log.ts",
-    "lib/limit/kv_hit_log.ts",
+    "lib/limit/guard/guarded_store.ts",
+    "lib/limit/guard/circuit_breaker.ts",
+    "lib/limit/kv/kv_store.ts",
+    "lib/limit/redis/redis_store.ts",
+    "lib/limit/local_first/local_first_store.ts",
+    "lib/limit/local_first/hit_codec.ts",
+    "lib/limit/redis/redis_hit_log.ts",
+    "lib/limit/kv/kv_hit_log.ts",
   ].filter((path) => loaded.has(path));
   assert.deepEqual(shared, []);
 });

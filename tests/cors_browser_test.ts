@@ -19,7 +19,7 @@ import assert from "node:assert/strict";
 import { CHROMIUM, LAUNCH_ARGS, skipBrowserTests } from "./_chromium.ts";
 import { type Browser, chromium } from "npm:playwright-core@1.65.1";
 import { createHandler } from "../lib/handler.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { testConfig, testContent } from "./_server.ts";
 
 const LIMIT = 60;

@@ -12,8 +12,8 @@
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
-import { policyOf } from "../lib/limit/decision.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
+import { policyOf } from "../lib/limit/core/decision.ts";
 import { testConfig, testContent } from "./_server.ts";
 
 const RUNS = Number(Deno.env.get("FUZZ_RUNS") ?? 2000);

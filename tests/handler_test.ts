@@ -9,11 +9,11 @@
 import assert from "node:assert/strict";
 import type { AccessRecord } from "../lib/access_log.ts";
 import { createHandler, type Handler } from "../lib/handler.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
-import { MAX_FORWARDED_HOPS, MAX_FORWARDED_LENGTH } from "../lib/limit/caller.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
+import { MAX_FORWARDED_HOPS, MAX_FORWARDED_LENGTH } from "../lib/http/forwarded.ts";
 import { MAX_HOST_LENGTH, MAX_IF_NONE_MATCH_LENGTH } from "../lib/http/message.ts";
 import { MAX_NEGOTIATED_LENGTH, memoize, preferredEncoding } from "../lib/http/negotiate.ts";
-import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/decision.ts";
+import { type Decision, policyOf, type RateLimitStore } from "../lib/limit/core/decision.ts";
 import { createContract, type OpenApiDocument } from "./_contract.ts";
 import { lazyGlobalsReadBy } from "./_lazy_globals.ts";
 import {

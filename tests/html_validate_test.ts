@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { HtmlValidate } from "npm:html-validate@11.18.0";
 import { createHandler } from "../lib/handler.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { testConfig, testContent } from "./_server.ts";
 
 /** Every path answered with HTML by default, and one unknown path for the 404 page. */

@@ -30,7 +30,7 @@ import { type Browser, chromium, type Page } from "npm:playwright-core@1.65.1";
 import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 
 const AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"];

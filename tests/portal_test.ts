@@ -11,7 +11,7 @@ import { createHandler, type Handler } from "../lib/handler.ts";
 import { loadConfig, recordEnv } from "../lib/config.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { linkHeader, pageLinks, renderPage } from "../lib/pages/layout.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { enableCompression } from "../lib/http/representation.ts";
 import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
 

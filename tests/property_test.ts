@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
 import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
-import { MemoryStore } from "../lib/limit/memory.ts";
+import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
 import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
 

@@ -14,8 +14,8 @@
 
 import assert from "node:assert/strict";
 import { createClient } from "@redis/client";
-import { HitWriter } from "../lib/limit/hit_codec.ts";
-import { REDIS_MAX_BATCH_BYTES } from "../lib/limit/redis_hit_log.ts";
+import { HitWriter } from "../lib/limit/local_first/hit_codec.ts";
+import { REDIS_MAX_BATCH_BYTES } from "../lib/limit/redis/redis_hit_log.ts";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import { request, type ServiceProcess, startService } from "./_service_process.ts";
 

@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { createClient } from "@redis/client";
-import { HitWriter } from "../lib/limit/hit_codec.ts";
+import { HitWriter } from "../lib/limit/local_first/hit_codec.ts";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
   faketimeUnavailableReason,

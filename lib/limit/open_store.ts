@@ -1,7 +1,7 @@
 /**
  * Opens the rate-limit store the configuration names: in memory, or a shared store (Deno KV, Redis)
  * either wrapped in the failure policy (`exact`) or decided locally and shared through a hit log
- * (`local-first`, `local_first.ts` over `redis_hit_log.ts` or `kv_hit_log.ts`).
+ * (`local-first`, `local_first/local_first_store.ts` over `redis/redis_hit_log.ts` or `kv/kv_hit_log.ts`).
  *
  * The shared stores and the failure policy are imported only when chosen, so a service on the memory
  * store loads neither them nor the Redis client, nor needs `--unstable-kv`.
@@ -9,12 +9,14 @@
  * @module
  */
 
-import { policyOf, type PolicySettings, type RateLimitStore } from "./decision.ts";
-import type { StoreFailurePolicy, StoreIncident } from "./guard.ts";
-import type { HitLog } from "./hit_log.ts";
-import type { SyncIncident } from "./local_first.ts";
-import { MemoryStore } from "./memory.ts";
-import { kvClock, memoryClock } from "./steady_clock.ts";
+import { policyOf, type PolicySettings, type RateLimitStore } from "./core/decision.ts";
+import type { StoreFailurePolicy, StoreIncident } from "./guard/guarded_store.ts";
+import type { HitLog } from "./core/hit_log.ts";
+import type { RedisType } from "./redis/redis_client.ts";
+import type { SyncIncident } from "./local_first/local_first_store.ts";
+import type { StoreClock } from "./clock/store_clock.ts";
+import { MemoryStore } from "./memory/memory_store.ts";
+import { kvClock, memoryClock } from "./clock/steady_clock.ts";
 
 /** Where rate-limit state lives: this process, Deno KV, or Redis. */
 export type RateLimitStoreKind = "memory" | "kv" | "redis";
@@ -36,7 +38,7 @@ export interface StoreSettings extends PolicySettings {
    */
   redisUrl: string | undefined;
   /** How Redis is deployed: one server, a cluster, or a primary watched by Sentinel. */
-  redisType: "single" | "cluster" | "sentinel";
+  redisType: RedisType;
   /** The primary's group name the sentinels watch; set whenever `redisType` is `sentinel`. */
   redisSentinelMaster: string | undefined;
   /** The longest a shared store may take to decide, in ms. */
@@ -63,10 +65,10 @@ export interface OpenStoreOptions {
    */
   wrapStore?: (store: RateLimitStore) => RateLimitStore;
   /** Wraps the hit log of `local-first` (telemetry: every exchange, timed); omitted means no wrapper. */
-  wrapBackend?: (log: HitLog) => HitLog;
+  wrapHitLog?: (log: HitLog) => HitLog;
   /**
    * Called once per episode when this instance's clock is more than a second from the shared store's
-   * (Deno KV: behind another instance's stamps), with the offset in ms (`store_clock.ts`).
+   * (Deno KV: behind another instance's stamps), with the offset in ms (`clock/store_clock.ts`).
    */
   onClockOffset?: (offsetMs: number) => void;
 }
@@ -98,53 +100,65 @@ export async function openRateLimitStore(
   config: StoreSettings,
   options: OpenStoreOptions = {},
 ): Promise<RateLimitStore> {
-  const policy = policyOf(config);
-  if (config.rateLimitStore === "memory") {
-    return new MemoryStore(policy, {
-      maxCallers: config.rateLimitMaxCallers,
-      // Decisions by the monotonic clock: a step of the wall clock moves no window.
-      clock: memoryClock(),
-      ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
-    });
-  }
-  if (config.rateLimitConsistency === "local-first") return await openLocalFirst(config, options);
-  // Redis decides by its own clock; this one only measures the offset, from the decisions' replies.
-  const { StoreClock, observedClock, CLOCK_INTERVAL_MS } = await import("./store_clock.ts");
-  // Deno KV stamps by this instance's clock, which follows a step of the wall clock only slowly;
-  // the others' stamps are compared with it.
-  const stamps = config.rateLimitStore === "kv" ? kvClock(policy.windowMs) : undefined;
-  const clock = new StoreClock({
-    ...(stamps ? { wall: stamps } : {}),
-    ...(options.onClockOffset ? { onOffset: options.onClockOffset } : {}),
+  if (config.rateLimitStore === "memory") return openMemory(config, options);
+  const open = OPENERS[config.rateLimitStore][config.rateLimitConsistency];
+  return await open(config, options);
+}
+
+/** Opens a shared store in one consistency mode. */
+type Opener = (config: StoreSettings, options: OpenStoreOptions) => Promise<RateLimitStore>;
+
+/**
+ * The combinations of a shared store and a consistency mode: `exact` decides in the store, behind
+ * the failure policy; `local-first` decides here, sharing hits through the store's hit log. The
+ * memory store, one process, has no mode.
+ */
+const OPENERS: Readonly<
+  Record<Exclude<RateLimitStoreKind, "memory">, Readonly<Record<RateLimitConsistency, Opener>>>
+> = {
+  kv: {
+    "exact": (config, options) => openExact(config, options, kvExact),
+    "local-first": (config, options) => openLocalFirst(config, options, kvHitLog),
+  },
+  redis: {
+    "exact": (config, options) => openExact(config, options, redisExact),
+    "local-first": (config, options) => openLocalFirst(config, options, redisHitLog),
+  },
+};
+
+/** The memory store, deciding by the monotonic clock: a step of the wall clock moves no window. */
+function openMemory(config: StoreSettings, options: OpenStoreOptions): RateLimitStore {
+  return new MemoryStore(policyOf(config), {
+    maxCallers: config.rateLimitMaxCallers,
+    clock: memoryClock(),
+    ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
-  let store: RateLimitStore;
-  if (stamps !== undefined) {
-    const { openKvStore } = await import("./kv.ts");
-    store = await openKvStore(policy, {
-      path: config.kvPath,
-      onStamp: (newest) => clock.observeStamp(newest),
-      clock: stamps,
-    });
-  } else {
-    const { openRedisStore } = await import("./redis.ts");
-    let sampled = -Infinity;
-    store = await openRedisStore(redisTargetOf(config), policy, {
-      connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
-      storeTimeoutMs: config.rateLimitStoreTimeoutMs,
-      // One sample per interval is plenty: the rest of the replies cost nothing.
-      onServerTime: (serverMs, sent, received) => {
-        if (sent - sampled < CLOCK_INTERVAL_MS) return;
-        sampled = sent;
-        clock.observe(serverMs, sent, received);
-      },
-    });
-  }
+}
+
+/** A shared store as `exact` uses it, with the clock that measures its offset. */
+interface ExactBackend {
+  store: RateLimitStore;
+  clock: StoreClock;
+  /** How often the guard probes the store while its breaker is open; the guard's default if omitted. */
+  probeIntervalMs?: number;
+}
+
+/** A shared store in `exact`: `backend` behind the failure policy, its clock's offset observed. */
+async function openExact(
+  config: StoreSettings,
+  options: OpenStoreOptions,
+  backend: (config: StoreSettings, options: OpenStoreOptions) => Promise<ExactBackend>,
+): Promise<RateLimitStore> {
+  const { store, clock, probeIntervalMs } = await backend(config, options);
   // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
-  const { GuardedStore } = await import("./guard.ts");
+  const [{ GuardedStore }, { observedClock }] = await Promise.all([
+    import("./guard/guarded_store.ts"),
+    import("./clock/store_clock.ts"),
+  ]);
   return observedClock(
     new GuardedStore(options.wrapStore?.(store) ?? store, {
-      policy,
-      ...(config.rateLimitStore === "redis" ? { probeIntervalMs: REDIS_PROBE_INTERVAL_MS } : {}),
+      policy: policyOf(config),
+      ...(probeIntervalMs !== undefined ? { probeIntervalMs } : {}),
       timeoutMs: config.rateLimitStoreTimeoutMs,
       onError: config.rateLimitOnStoreError,
       ...(options.onIncident ? { onIncident: options.onIncident } : {}),
@@ -154,67 +168,147 @@ export async function openRateLimitStore(
 }
 
 /**
- * The `local-first` store over the configured hit log. Its first exchange, which reads the last
+ * Deno KV in `exact`: it has no clock, so it stamps by this instance's, which follows a step of the
+ * wall clock only slowly; the other instances' stamps are compared with it.
+ */
+async function kvExact(config: StoreSettings, options: OpenStoreOptions): Promise<ExactBackend> {
+  const policy = policyOf(config);
+  const [{ StoreClock }, { openKvStore }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./kv/kv_store.ts"),
+  ]);
+  const stamps = kvClock(policy.windowMs);
+  const clock = new StoreClock({ wall: stamps, ...onOffsetOf(options) });
+  const store = await openKvStore(policy, {
+    path: config.kvPath,
+    onStamp: (newest) => clock.observeStamp(newest),
+    clock: stamps,
+  });
+  return { store, clock };
+}
+
+/** Redis in `exact`: it decides by its own clock; this one only measures the offset, from replies. */
+async function redisExact(config: StoreSettings, options: OpenStoreOptions): Promise<ExactBackend> {
+  const [{ StoreClock, CLOCK_INTERVAL_MS }, { openRedisStore }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./redis/redis_store.ts"),
+  ]);
+  const clock = new StoreClock(onOffsetOf(options));
+  let sampled = -Infinity;
+  const store = await openRedisStore(redisTargetOf(config), policyOf(config), {
+    connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
+    storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+    // One sample per interval is plenty: the rest of the replies cost nothing.
+    onServerTime: (serverMs, sent, received) => {
+      if (sent - sampled < CLOCK_INTERVAL_MS) return;
+      sampled = sent;
+      clock.observe(serverMs, sent, received);
+    },
+  });
+  return { store, clock, probeIntervalMs: REDIS_PROBE_INTERVAL_MS };
+}
+
+/** A shared store's hit log as `local-first` uses it, with the clock that stamps the hits. */
+interface SharedHitLog {
+  log: HitLog;
+  clock: StoreClock;
+  /**
+   * Whether this instance's offset is what the majority of its peers' clocks says it is (the store
+   * has no clock to compare with: Deno KV).
+   */
+  offsetFromPeers: boolean;
+}
+
+/**
+ * The `local-first` store over the hit log `backend` opens. Its first exchange, which reads the last
  * window of every instance's hits, is awaited here, before the service listens (bounded by the sync
  * timeout: a store down at start-up is an outage like any other).
  */
 async function openLocalFirst(
   config: StoreSettings,
   options: OpenStoreOptions,
+  backend: (
+    config: StoreSettings,
+    options: OpenStoreOptions,
+    instance: string,
+  ) => Promise<SharedHitLog>,
 ): Promise<RateLimitStore> {
-  const policy = policyOf(config);
-  const { StoreClock, stampedBy } = await import("./store_clock.ts");
-  const onOffset = options.onClockOffset ? { onOffset: options.onClockOffset } : {};
   // One id per process: a restarted process is a new writer, and reads its predecessor's batches.
   const instance = crypto.randomUUID().slice(0, 13);
-  let log: HitLog;
-  let clock: InstanceType<typeof StoreClock>;
-  if (config.rateLimitStore === "kv") {
-    const { KvHitLog } = await import("./kv_hit_log.ts");
-    log = new KvHitLog(await Deno.openKv(config.kvPath), policy.windowMs, {
-      instance,
-      ownsKv: true,
-    });
-    // Deno KV has no clock: hits are stamped by one that a step of the wall clock does not move
-    // (it follows the wall clock at a bounded rate). Whose clock is wrong is told by the majority
-    // of the peers' stamps (`peer_clocks.ts`, the `clock` sync incident, which is the warning), not
-    // by this clock, which only keeps the verdict's offset for the metric: one peer ahead must not
-    // make a healthy instance blame itself.
-    clock = new StoreClock({ wall: kvClock(policy.windowMs) });
-  } else {
-    const [{ RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
-      import("./redis_hit_log.ts"),
-      import("./redis_client.ts"),
-    ]);
-    const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
-    const client = await openRedisStoreClient(redisTargetOf(config), {
-      connectWaitMs,
-      storeTimeoutMs: config.rateLimitStoreTimeoutMs,
-    });
-    log = new RedisHitLog(client, policy.windowMs, { instance, ownsClient: true });
-    // Every instance reads the clock of the primary serving one key: one clock for all of them.
-    const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
-    clock = new StoreClock({ read: () => client.time(key), ...onOffset });
-    await clock.firstSample(connectWaitMs);
-  }
-  const { LocalFirstStore } = await import("./local_first.ts");
-  const store = new LocalFirstStore(options.wrapBackend?.(log) ?? log, policy, {
+  const { log, clock, offsetFromPeers } = await backend(config, options, instance);
+  const [{ LocalFirstStore }, { stampedBy }] = await Promise.all([
+    import("./local_first/local_first_store.ts"),
+    import("./local_first/stamped.ts"),
+  ]);
+  const syncTimeoutMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS);
+  const store = new LocalFirstStore(options.wrapHitLog?.(log) ?? log, policyOf(config), {
     syncMs: config.rateLimitSyncMs,
-    syncTimeoutMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS),
+    syncTimeoutMs,
     maxCallers: config.rateLimitMaxCallers,
     clock: () => clock.now(),
     instance,
     onIncident: (incident: SyncIncident) => {
-      // Deno KV: this instance's offset is what the majority of its peers' clocks says it is.
-      if (incident.kind === "clock" && config.rateLimitStore === "kv") {
+      if (incident.kind === "clock" && offsetFromPeers) {
         clock.observeOffset(incident.verdict.kind === "self" ? -incident.verdict.offsetMs : 0);
       }
       options.onSyncIncident?.(incident);
     },
     ...(options.onCapacity ? { onCapacity: options.onCapacity } : {}),
   });
-  await replay(store, Math.max(config.rateLimitStoreTimeoutMs, MIN_SYNC_TIMEOUT_MS) * 2);
+  await replay(store, syncTimeoutMs * 2);
   return stampedBy(store, clock);
+}
+
+/**
+ * Deno KV's hit log. Deno KV has no clock: hits are stamped by one that a step of the wall clock
+ * does not move (it follows the wall clock at a bounded rate). Whose clock is wrong is told by the
+ * majority of the peers' stamps (`clock/peer_clocks.ts`, the `clock` sync incident, which is the
+ * warning), not by this clock, which only keeps the verdict's offset for the metric: one peer ahead
+ * must not make a healthy instance blame itself.
+ */
+async function kvHitLog(
+  config: StoreSettings,
+  _options: OpenStoreOptions,
+  instance: string,
+): Promise<SharedHitLog> {
+  const windowMs = policyOf(config).windowMs;
+  const [{ StoreClock }, { KvHitLog }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./kv/kv_hit_log.ts"),
+  ]);
+  const log = new KvHitLog(await Deno.openKv(config.kvPath), windowMs, { instance, ownsKv: true });
+  return { log, clock: new StoreClock({ wall: kvClock(windowMs) }), offsetFromPeers: true };
+}
+
+/**
+ * Redis's hit log, stamped by the clock of the primary serving one key: one clock for every
+ * instance, sampled once before the first request.
+ */
+async function redisHitLog(
+  config: StoreSettings,
+  options: OpenStoreOptions,
+  instance: string,
+): Promise<SharedHitLog> {
+  const [{ StoreClock }, { RedisHitLog }, { openRedisStoreClient, logKey }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./redis/redis_hit_log.ts"),
+    import("./redis/redis_client.ts"),
+  ]);
+  const connectWaitMs = Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS);
+  const client = await openRedisStoreClient(redisTargetOf(config), {
+    connectWaitMs,
+    storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+  });
+  const log = new RedisHitLog(client, policyOf(config).windowMs, { instance, ownsClient: true });
+  const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
+  const clock = new StoreClock({ read: () => client.time(key), ...onOffsetOf(options) });
+  await clock.firstSample(connectWaitMs);
+  return { log, clock, offsetFromPeers: false };
+}
+
+/** The clock's offset report, when the caller asked for it. */
+function onOffsetOf(options: OpenStoreOptions): { onOffset?: (offsetMs: number) => void } {
+  return options.onClockOffset ? { onOffset: options.onClockOffset } : {};
 }
 
 /**

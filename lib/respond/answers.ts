@@ -12,7 +12,7 @@
  */
 
 import type { Config } from "../config.ts";
-import type { Decision } from "../limit/decision.ts";
+import type { Decision } from "../limit/core/decision.ts";
 import {
   errorCatalog,
   type ErrorCode,

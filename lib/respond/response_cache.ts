@@ -17,7 +17,7 @@
  * @module
  */
 
-import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/decision.ts";
+import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/core/decision.ts";
 import type { HeaderField } from "../http/message.ts";
 
 /** A response without its rate-limit fields: status, body and the fields that never change. */

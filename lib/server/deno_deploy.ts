@@ -25,7 +25,7 @@ export const DEPLOY_STORE_TIMEOUT_MS = 1000;
 /**
  * The consistency on Deno Deploy: `local-first`. With KV's primary one or two regions away, an
  * exact decision makes every request wait 180 to 400 ms; local-first answers at once and syncs in
- * the background, at the cost of a bounded overshoot (see `lib/limit/local_first.ts`).
+ * the background, at the cost of a bounded overshoot (see `lib/limit/local_first/local_first_store.ts`).
  */
 export const DEPLOY_CONSISTENCY = "local-first";
 

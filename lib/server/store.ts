@@ -7,9 +7,9 @@
  */
 
 import { type Config, redactSecrets } from "../config.ts";
-import type { RateLimitStore } from "../limit/decision.ts";
+import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
-import type { ClockVerdict } from "../limit/peer_clocks.ts";
+import type { ClockVerdict } from "../limit/clock/peer_clocks.ts";
 import type { Telemetry } from "../telemetry/load.ts";
 import { event, fatalExplained } from "./events.ts";
 
@@ -39,7 +39,7 @@ export async function openStore(
       : event("info", ended, { store: config.rateLimitStore, ...incident });
   };
   const opened = await openRateLimitStore(config, {
-    ...(telemetry ? { wrapStore: telemetry.wrapStore, wrapBackend: telemetry.wrapBackend } : {}),
+    ...(telemetry ? { wrapStore: telemetry.wrapStore, wrapHitLog: telemetry.wrapHitLog } : {}),
     onCapacity: (tracked) =>
       event(
         "warn",
@@ -82,7 +82,7 @@ function redacted<T extends { kind: string }>(incident: T): T {
   ) as T;
 }
 
-/** The events of what `local-first`'s hit log held that it could not trust (`local_first.ts`). */
+/** The events of what `local-first`'s hit log held that it could not trust (`lib/limit/local_first/local_first_store.ts`). */
 function untrusted(config: Config, incident: Record<string, unknown> & { kind: string }): void {
   const store = config.rateLimitStore;
   if (incident.kind === "untrusted") {

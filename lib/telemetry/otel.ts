@@ -28,11 +28,11 @@ import {
   trace,
   type Tracer,
 } from "@opentelemetry/api";
-import type { Decision, RateLimitStore } from "../limit/decision.ts";
-import type { StoreFailurePolicy } from "../limit/guard.ts";
-import type { HitLog, LogBatch } from "../limit/hit_log.ts";
+import type { Decision, RateLimitStore } from "../limit/core/decision.ts";
+import type { StoreFailurePolicy } from "../limit/guard/guarded_store.ts";
+import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
-import type { BreakerState } from "../limit/circuit_breaker.ts";
+import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
@@ -77,7 +77,7 @@ export interface ObservableStore {
   failurePolicy?: StoreFailurePolicy;
   /**
    * Shared stores: the store's clock (or, Deno KV, the others' stamps) minus this instance's, in ms;
-   * undefined before it was measured (`lib/limit/store_clock.ts`).
+   * undefined before it was measured (`lib/limit/clock/store_clock.ts`).
    */
   clockOffsetMs?: () => number | undefined;
 }
@@ -105,7 +105,7 @@ export interface Telemetry {
   /** Times every call to the shared store of `exact`, each as a child span of its request. */
   wrapStore(store: RateLimitStore): RateLimitStore;
   /** Times every exchange of `local-first`, with its batch size and the time since the last good one. */
-  wrapBackend(log: HitLog): HitLog;
+  wrapHitLog(log: HitLog): HitLog;
   /** Counts the breaker's transitions from the guard's incidents (`unavailable`, `recovered`). */
   incident(incident: { kind: string }): void;
   /** Counts the listener's accept failures and its time down. */
@@ -139,7 +139,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
     wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
     wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
-    wrapBackend: (backend) => syncTiming(backend, meter, options),
+    wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
       if (incident.kind === "unavailable") breaker.transitions.add(1, breaker.opened);
       if (incident.kind === "recovered") breaker.transitions.add(1, breaker.closed);

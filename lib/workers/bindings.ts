@@ -11,8 +11,8 @@
  */
 
 import { type Config, type Env, type EnvName, loadConfig } from "../config.ts";
-import { policyOf } from "../limit/decision.ts";
-import { checkDurablePolicy } from "../limit/object_logs.ts";
+import { policyOf } from "../limit/core/decision.ts";
+import { checkDurablePolicy } from "../limit/durable_object/object_logs.ts";
 
 /** The binding of the Durable Object namespace that keeps the limit (wrangler.json). */
 export const RATE_LIMITER_BINDING = "RATE_LIMITER";

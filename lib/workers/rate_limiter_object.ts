@@ -1,6 +1,6 @@
 /**
  * The rate limiter's Durable Object: the one owner of its callers' exact sliding logs on Workers
- * (`lib/limit/durable_object.ts` is the Worker's side, `lib/limit/object_logs.ts` the decision).
+ * (`lib/limit/durable_object/durable_object_store.ts` is the Worker's side, `lib/limit/durable_object/object_logs.ts` the decision).
  *
  * The logs live in memory and are written through to the object's storage, one value per caller
  * (its timestamps as a `Float64Array`), so that an object evicted from memory, moved, or restarted
@@ -9,7 +9,7 @@
  * call, which the Worker's failure policy answers. The logs are read once, before the first call is
  * delivered (`blockConcurrencyWhile`), so every decision after that is synchronous.
  *
- * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`object_logs.ts`).
+ * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`lib/limit/durable_object/object_logs.ts`).
  * Idle callers are dropped by an alarm set one window after the first counted request; it forgets
  * the callers with nothing left in the window, deletes their values, and sets itself again for the
  * next caller to become idle. When no caller is left it deletes all of the object's storage, so an
@@ -22,14 +22,14 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import type { Decision, RateLimitPolicy } from "../limit/decision.ts";
+import type { Decision, RateLimitPolicy } from "../limit/core/decision.ts";
 import {
   CallerLogs,
   checkDurablePolicy,
   checkKey,
   type LogChange,
   logOfStored,
-} from "../limit/object_logs.ts";
+} from "../limit/durable_object/object_logs.ts";
 
 /** The parts of `DurableObjectStorage` the object uses. */
 interface Storage {

@@ -1,5 +1,5 @@
 /**
- * The Worker's limit: the Durable Object store (`lib/limit/durable_object.ts`) over the namespace
+ * The Worker's limit: the Durable Object store (`lib/limit/durable_object/durable_object_store.ts`) over the namespace
  * bound as `RATE_LIMITER`, with the configuration's timeout and failure policy, its incidents
  * logged (Workers Logs).
  *
@@ -8,8 +8,11 @@
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
 import type { Config } from "../config.ts";
-import { policyOf, type RateLimitStore } from "../limit/decision.ts";
-import { createDurableObjectStore, type RateLimiterNamespace } from "../limit/durable_object.ts";
+import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
+import {
+  createDurableObjectStore,
+  type RateLimiterNamespace,
+} from "../limit/durable_object/durable_object_store.ts";
 import { type Bindings, RATE_LIMITER_BINDING } from "./bindings.ts";
 
 /**

@@ -24,9 +24,10 @@
 
 import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
-import { parseIp, type PeerInfo } from "../limit/caller.ts";
-import { policyOf, type RateLimitStore } from "../limit/decision.ts";
-import { MemoryStore } from "../limit/memory.ts";
+import { parseIp } from "../http/address.ts";
+import type { PeerInfo } from "../limit/caller/caller_key.ts";
+import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
+import { MemoryStore } from "../limit/memory/memory_store.ts";
 import { loadContent } from "../pages/content.ts";
 import { type Bindings, workerConfig } from "./bindings.ts";
 import { openDurableStore } from "./store.ts";

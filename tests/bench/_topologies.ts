@@ -10,8 +10,8 @@
  */
 // deno-lint-ignore-file no-console
 
-import type { RateLimitPolicy } from "../../lib/limit/decision.ts";
-import type { LocalFirstStore } from "../../lib/limit/local_first.ts";
+import type { RateLimitPolicy } from "../../lib/limit/core/decision.ts";
+import type { LocalFirstStore } from "../../lib/limit/local_first/local_first_store.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import {

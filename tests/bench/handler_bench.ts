@@ -23,8 +23,8 @@ import {
   preferredEncoding,
   preferredType,
 } from "../../lib/http/negotiate.ts";
-import { policyOf } from "../../lib/limit/decision.ts";
-import { MemoryStore } from "../../lib/limit/memory.ts";
+import { policyOf } from "../../lib/limit/core/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { callerAddress, MANY_CALLERS } from "./_scenarios.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 

@@ -18,8 +18,8 @@
 import { createHandler } from "../../lib/handler.ts";
 import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
-import { policyOf } from "../../lib/limit/decision.ts";
-import { MemoryStore } from "../../lib/limit/memory.ts";
+import { policyOf } from "../../lib/limit/core/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { sendableBody } from "../../lib/respond/response_cache.ts";
 import { callerAddress, SCENARIOS } from "./_scenarios.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";

@@ -16,7 +16,7 @@
 import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
-import { MemoryStore, SWEEP_INTERVAL_MS } from "../../lib/limit/memory.ts";
+import { MemoryStore, SWEEP_INTERVAL_MS } from "../../lib/limit/memory/memory_store.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 const gc = (globalThis as { gc?: () => void }).gc;

@@ -129,7 +129,7 @@ interface Result {
  */
 async function heldHits(env: Record<string, string>): Promise<number | undefined> {
   if (env.RATE_LIMIT_CONSISTENCY !== "local-first") return undefined;
-  const { decodeHits } = await import("../../lib/limit/hit_codec.ts");
+  const { decodeHits } = await import("../../lib/limit/local_first/hit_codec.ts");
   if (env.RATE_LIMIT_STORE === "redis") {
     // redis-cli rather than the service's client, which reads environment variables this bench
     // may not: the stream's `h` fields, one per line.
@@ -145,7 +145,7 @@ async function heldHits(env: Record<string, string>): Promise<number | undefined
     }
     return held;
   }
-  const { KvHitLog } = await import("../../lib/limit/kv_hit_log.ts");
+  const { KvHitLog } = await import("../../lib/limit/kv/kv_hit_log.ts");
   const kv = await Deno.openKv(env.KV_PATH!);
   const log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
   try {

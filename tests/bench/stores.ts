@@ -27,9 +27,9 @@
 // deno-lint-ignore-file no-console
 
 import { parseArgs } from "node:util";
-import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/decision.ts";
-import { KvStore } from "../../lib/limit/kv.ts";
-import { openRedisStore } from "../../lib/limit/redis.ts";
+import type { RateLimitPolicy, RateLimitStore } from "../../lib/limit/core/decision.ts";
+import { KvStore } from "../../lib/limit/kv/kv_store.ts";
+import { openRedisStore } from "../../lib/limit/redis/redis_store.ts";
 import { freePort, startRedis, type TestRedis, waitForPort } from "../_redis.ts";
 import { benchTopologies } from "./_topologies.ts";
 

@@ -1,5 +1,5 @@
 /**
- * The contract of a shared hit log (`lib/limit/hit_log.ts`), as one suite any store's log runs:
+ * The contract of a shared hit log (`lib/limit/core/hit_log.ts`), as one suite any store's log runs:
  * the first exchange replays the window whoever wrote it, no batch is returned twice or lost, an
  * instance never reads its own, batches come in the order they were appended (per writer, and
  * across writers when their appends were one after another), a batch sent again after a failed
@@ -16,7 +16,7 @@
  */
 
 import assert from "node:assert/strict";
-import type { HitLog, LogBatch } from "../../lib/limit/hit_log.ts";
+import type { HitLog, LogBatch } from "../../lib/limit/core/hit_log.ts";
 
 /** One fresh, empty shared store on which logs are opened. */
 export interface HitLogStore {

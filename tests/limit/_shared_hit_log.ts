@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { HitLog, LogBatch } from "../../lib/limit/hit_log.ts";
+import type { HitLog, LogBatch } from "../../lib/limit/core/hit_log.ts";
 
 /** What the shared store holds: batches with the time they were appended. */
 export class SharedBatches {

@@ -15,7 +15,11 @@
  */
 
 import assert from "node:assert/strict";
-import { type Decision, type RateLimitPolicy, resetSecondsOf } from "../../lib/limit/decision.ts";
+import {
+  type Decision,
+  type RateLimitPolicy,
+  resetSecondsOf,
+} from "../../lib/limit/core/decision.ts";
 
 /** What the store answers, without the optional fields. */
 type Answer = Pick<Decision, "allowed" | "remaining" | "resetSeconds">;

@@ -12,10 +12,10 @@
 import assert from "node:assert/strict";
 import { getHeapStatistics, setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import type { RateLimitStore } from "../../lib/limit/decision.ts";
-import { GuardedStore, LAST_DECISIONS_LIMIT } from "../../lib/limit/guard.ts";
-import { KvStore } from "../../lib/limit/kv.ts";
-import { openRedisStore } from "../../lib/limit/redis.ts";
+import type { RateLimitStore } from "../../lib/limit/core/decision.ts";
+import { GuardedStore, LAST_DECISIONS_LIMIT } from "../../lib/limit/guard/guarded_store.ts";
+import { KvStore } from "../../lib/limit/kv/kv_store.ts";
+import { openRedisStore } from "../../lib/limit/redis/redis_store.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
 
 const POLICY = { limit: 60, windowMs: 60_000 };

@@ -10,14 +10,14 @@
 
 import assert from "node:assert/strict";
 import { createClient } from "@redis/client";
-import { KvHitLog, REPLAY_BATCHES } from "../../lib/limit/kv_hit_log.ts";
-import type { LogBatch } from "../../lib/limit/hit_log.ts";
-import { createRedisClient } from "../../lib/limit/redis_client.ts";
+import { KvHitLog, REPLAY_BATCHES } from "../../lib/limit/kv/kv_hit_log.ts";
+import type { LogBatch } from "../../lib/limit/core/hit_log.ts";
+import { createRedisClient } from "../../lib/limit/redis/redis_client.ts";
 import {
   EXCHANGE_BYTES,
   REDIS_MAX_BATCH_BYTES,
   RedisHitLog,
-} from "../../lib/limit/redis_hit_log.ts";
+} from "../../lib/limit/redis/redis_hit_log.ts";
 import { redisUnavailableReason, startRedis } from "../_redis.ts";
 
 const skip = redisUnavailableReason();

@@ -7,9 +7,9 @@
 
 import assert from "node:assert/strict";
 import { type Env, type EnvName, loadConfig, recordEnv } from "../../lib/config.ts";
-import { MemoryStore } from "../../lib/limit/memory.ts";
-import { BREAKER_DEFAULTS } from "../../lib/limit/circuit_breaker.ts";
-import { GuardedStore } from "../../lib/limit/guard.ts";
+import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
+import { BREAKER_DEFAULTS } from "../../lib/limit/guard/circuit_breaker.ts";
+import { GuardedStore } from "../../lib/limit/guard/guarded_store.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 
 function configOf(env: Partial<Record<EnvName, string>>) {
@@ -150,7 +150,7 @@ Deno.test("openRateLimitStore builds a local-first KV store that answers every c
   const first = await openRateLimitStore(configOf(env));
   let second: Awaited<ReturnType<typeof openRateLimitStore>> | undefined;
   try {
-    // Stamped by the KV clock (lib/limit/steady_clock.ts), the local-first store is wrapped.
+    // Stamped by the KV clock (lib/limit/clock/steady_clock.ts), the local-first store is wrapped.
     assert.equal(typeof (first as { sync?: unknown }).sync, "function", "a local-first store");
     const now = Date.now();
     const decision = first.hit("a", now);

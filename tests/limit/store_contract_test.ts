@@ -3,20 +3,20 @@
  * not count) run against every store (memory, Deno KV, Redis) with an injected clock, so that the
  * service behaves the same whichever store an operator picks. Redis decides by its own clock (`TIME`)
  * in service; here by the injected one (`callerClock`): the server's cannot be set (a Redis under
- * libfaketime does not start), and `tests/limit/store_clock_test.ts` runs it by `TIME`.
+ * libfaketime does not start), and `tests/limit/clock/store_clock_test.ts` runs it by `TIME`.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { MemoryStore } from "../../lib/limit/memory.ts";
+import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import {
   type Decision,
   type RateLimitPolicy,
   type RateLimitStore,
-} from "../../lib/limit/decision.ts";
-import { KvStore } from "../../lib/limit/kv.ts";
-import { openRedisStore } from "../../lib/limit/redis.ts";
+} from "../../lib/limit/core/decision.ts";
+import { KvStore } from "../../lib/limit/kv/kv_store.ts";
+import { openRedisStore } from "../../lib/limit/redis/redis_store.ts";
 import { redisUnavailableReason, startCluster, startRedis } from "../_redis.ts";
 
 const POLICY: RateLimitPolicy = { limit: 3, windowMs: 10_000 };

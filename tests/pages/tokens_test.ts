@@ -12,8 +12,8 @@ import { countTokens as referenceCount } from "npm:gpt-tokenizer@4.0.0/encoding/
 import bpe from "npm:gpt-tokenizer@4.0.0/bpeRanks/o200k_base";
 import { O200K_TOKEN_SPLIT_REGEX } from "npm:gpt-tokenizer@4.0.0/encodingParams/constants";
 import { createHandler } from "../../lib/handler.ts";
-import { MemoryStore } from "../../lib/limit/memory.ts";
-import { policyOf } from "../../lib/limit/decision.ts";
+import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
+import { policyOf } from "../../lib/limit/core/decision.ts";
 import { countTokens } from "../../lib/pages/tokens.ts";
 import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
 import { o200kFile, o200kModule, o200kPacked } from "../../lib/pages/tokens/build.ts";

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { ERROR_CODES } from "../../lib/errors.ts";
 import { loadNegotiator } from "../../lib/http/negotiate.ts";
 import { buildRepresentation, enableCompression } from "../../lib/http/representation.ts";
-import type { Decision } from "../../lib/limit/decision.ts";
+import type { Decision } from "../../lib/limit/core/decision.ts";
 import {
   type Answers,
   createChooser as createAnyChooser,

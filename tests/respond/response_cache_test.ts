@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
-import type { Decision } from "../../lib/limit/decision.ts";
+import type { Decision } from "../../lib/limit/core/decision.ts";
 import {
   buildResponse,
   createResponseCache,

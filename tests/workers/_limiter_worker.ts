@@ -15,10 +15,10 @@ import {
   createDurableObjectStore,
   type RateLimiterNamespace,
   type RateLimiterStub,
-} from "../../lib/limit/durable_object.ts";
-import type { GuardedStore, StoreFailurePolicy } from "../../lib/limit/guard.ts";
+} from "../../lib/limit/durable_object/durable_object_store.ts";
+import type { GuardedStore, StoreFailurePolicy } from "../../lib/limit/guard/guarded_store.ts";
 import { RateLimiterObject } from "../../lib/workers/rate_limiter_object.ts";
-import type { Decision, RateLimitPolicy } from "../../lib/limit/decision.ts";
+import type { Decision, RateLimitPolicy } from "../../lib/limit/core/decision.ts";
 
 export { RateLimiterObject };
 

@@ -1,6 +1,6 @@
 /**
  * The Durable Object store on real workerd (`lib/workers/rate_limiter_object.ts` with
- * `lib/limit/durable_object.ts`): the test Worker built now and served by workerd from npm, its
+ * `lib/limit/durable_object/durable_object_store.ts`): the test Worker built now and served by workerd from npm, its
  * objects' storage persisted in a temporary folder. One limit per caller: 100 requests admit
  * exactly 60, across a restart of workerd and across two Workers sharing the namespace; the
  * failure policy when the object is slow or failing; idle callers swept by the object's alarm and

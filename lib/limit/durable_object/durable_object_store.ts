@@ -1,0 +1,195 @@
+/**
+ * A rate-limit store over Cloudflare Durable Objects, for the service on Workers: many isolates in
+ * many places, one limit per caller.
+ *
+ * Each caller is owned by one object, named by its key (`idFromName(key)`), which keeps the caller's
+ * exact sliding log in memory and in its storage (`lib/workers/rate_limiter_object.ts`,
+ * `object_logs.ts`); the platform runs at most one instance of an object at a time, so every
+ * isolate's requests of a caller are decided in one place, in order. One object per caller rather
+ * than a fixed number of shards, as Cloudflare's own rate-limiter example does: the object is
+ * created near the caller's first request and stays there (a caller's requests come from one
+ * region), no object serves more than one caller's traffic (a single object handles about 1,000
+ * requests/s), and an object holds one log (lib/limit/README.md, "Durable Objects on Workers", has
+ * the figures). `shards` keeps a fixed number of objects instead, each owning the callers whose key
+ * hashes to it.
+ *
+ * This module is the Worker's side and uses no runtime API: the namespace is a structural type, and
+ * the failure policy, the timeout and the circuit breaker are {@linkcode GuardedStore}'s. A Durable
+ * Object's RPC result is a thenable that is not `instanceof Promise`; this client answers a real
+ * Promise, which the guard and the handler rely on.
+ *
+ * @module
+ */
+
+import type { Decision, RateLimitPolicy, RateLimitStore } from "../core/decision.ts";
+import {
+  GuardedStore,
+  type StoreFailurePolicy,
+  type StoreIncident,
+} from "../guard/guarded_store.ts";
+import { checkDurablePolicy, checkKey } from "./object_logs.ts";
+
+/** The RPC methods of the rate-limiter object, as a stub exposes them. */
+export interface RateLimiterStub {
+  /** Decides on a request of `key` by the object's clock, and counts it when admitted. */
+  hit(key: string, policy: RateLimitPolicy): PromiseLike<Decision>;
+  /** Reports `key`'s state without counting anything. */
+  peek(key: string, policy: RateLimitPolicy): PromiseLike<Decision>;
+}
+
+/** The parts of a `DurableObjectNamespace` binding this store uses. */
+export interface RateLimiterNamespace<Id = unknown> {
+  /** The id of the object named `name` (the same name gives the same object everywhere). */
+  idFromName(name: string): Id;
+  /** A stub of the object `id` (cheap: no round trip until a method is called). */
+  get(id: Id): RateLimiterStub;
+}
+
+/** Options of {@linkcode createDurableObjectStore}. */
+export interface DurableObjectStoreOptions {
+  /** The limit and window every caller gets (a limit of at most 10,000). */
+  policy: RateLimitPolicy;
+  /** The longest a decision may take, in ms (`RATE_LIMIT_STORE_TIMEOUT_MS`). */
+  timeoutMs: number;
+  /** What to answer when the object fails or times out (`RATE_LIMIT_ON_STORE_ERROR`). */
+  onError: StoreFailurePolicy;
+  /** Receives the start and the end of every incident. */
+  onIncident?: (incident: StoreIncident) => void;
+  /** How long to leave a failing namespace alone before probing it again, in ms (default 1000). */
+  probeIntervalMs?: number;
+  /**
+   * A fixed number of objects, each owning the callers whose key hashes to it; omitted (the
+   * default), each caller has an object of its own.
+   */
+  shards?: number;
+}
+
+/** The most shards {@linkcode DurableObjectStoreOptions.shards} takes. */
+export const MAX_SHARDS = 4096;
+
+/**
+ * The store the Worker decides with: {@linkcode DurableObjectStore} under the failure policy.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import type { Decision } from "../core/decision.ts";
+ * // What a binding's stub answers: a thenable, not a Promise.
+ * const thenable = (d: Decision): PromiseLike<Decision> => ({
+ *   then: (ok, fail) => Promise.resolve(d).then(ok, fail),
+ * });
+ * const namespace = {
+ *   idFromName: (name: string) => name,
+ *   get: () => ({
+ *     hit: () => thenable({ allowed: true, remaining: 59, resetSeconds: 60 }),
+ *     peek: () => thenable({ allowed: true, remaining: 60, resetSeconds: 0 }),
+ *   }),
+ * };
+ * const store = createDurableObjectStore(namespace, {
+ *   policy: { limit: 60, windowMs: 60_000 },
+ *   timeoutMs: 100,
+ *   onError: "closed",
+ * });
+ * const decision = store.hit("192.0.2.1", Date.now());
+ * assert.ok(decision instanceof Promise);
+ * assert.deepEqual(await decision, { allowed: true, remaining: 59, resetSeconds: 60 });
+ * ```
+ */
+export function createDurableObjectStore<Id>(
+  namespace: RateLimiterNamespace<Id>,
+  options: DurableObjectStoreOptions,
+): GuardedStore {
+  const store = new DurableObjectStore(namespace, options.policy, options.shards);
+  return new GuardedStore(store, {
+    policy: options.policy,
+    timeoutMs: options.timeoutMs,
+    onError: options.onError,
+    ...(options.onIncident ? { onIncident: options.onIncident } : {}),
+    ...(options.probeIntervalMs !== undefined ? { probeIntervalMs: options.probeIntervalMs } : {}),
+  });
+}
+
+/**
+ * The store's client, without the failure policy: one RPC per decision to the object that owns the
+ * caller. Its answer is checked before use (a decision of the policy's shape, or the call fails).
+ */
+export class DurableObjectStore<Id = unknown> implements RateLimitStore {
+  readonly #namespace: RateLimiterNamespace<Id>;
+  readonly #policy: RateLimitPolicy;
+  readonly #shards: number | undefined;
+
+  /** Creates the client; throws a `RangeError` on a policy or a shard count it cannot hold. */
+  constructor(namespace: RateLimiterNamespace<Id>, policy: RateLimitPolicy, shards?: number) {
+    checkDurablePolicy(policy);
+    if (
+      shards !== undefined && !(Number.isInteger(shards) && shards >= 1 && shards <= MAX_SHARDS)
+    ) {
+      throw new RangeError(`shards must be a whole number from 1 to ${MAX_SHARDS}`);
+    }
+    this.#namespace = namespace;
+    this.#policy = { limit: policy.limit, windowMs: policy.windowMs };
+    this.#shards = shards;
+  }
+
+  /**
+   * {@inheritDoc RateLimitStore.hit} The object decides by its own clock: `now` is not sent, so
+   * that every decision on a caller is taken by one clock.
+   */
+  hit(key: string, _now: number): Promise<Decision> {
+    return this.#call(key, (stub) => stub.hit(key, this.#policy));
+  }
+
+  /** {@inheritDoc RateLimitStore.peek} */
+  peek(key: string, _now: number): Promise<Decision> {
+    return this.#call(key, (stub) => stub.peek(key, this.#policy));
+  }
+
+  /** {@inheritDoc RateLimitStore.close} Nothing to release: a stub holds no connection. */
+  close(): void {}
+
+  /** The name of the object that owns `key`. */
+  objectName(key: string): string {
+    return this.#shards === undefined ? key : `shard:${shardOf(key, this.#shards)}`;
+  }
+
+  async #call(key: string, call: (stub: RateLimiterStub) => PromiseLike<Decision>) {
+    checkKey(key);
+    const namespace = this.#namespace;
+    // A stub per call: a stub is bound to the request that made it, and making one costs no I/O.
+    const stub = namespace.get(namespace.idFromName(this.objectName(key)));
+    // `await` adopts the RPC's thenable, so the caller gets a real Promise.
+    return checkedDecision(await call(stub), this.#policy);
+  }
+}
+
+/**
+ * FNV-1a of `key`'s UTF-16 code units, modulo `shards`: the shard a caller belongs to.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(shardOf("192.0.2.1", 16), shardOf("192.0.2.1", 16));
+ * assert.ok(shardOf("192.0.2.1", 16) < 16);
+ * ```
+ */
+export function shardOf(key: string, shards: number): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193) >>> 0;
+  }
+  return hash % shards;
+}
+
+/** `value` if it is a decision `policy` can give, else a `TypeError` (the call failed). */
+function checkedDecision(value: unknown, policy: RateLimitPolicy): Decision {
+  const d = value as Partial<Decision> | null;
+  const windowSeconds = policy.windowMs / 1000;
+  if (
+    typeof d !== "object" || d === null || typeof d.allowed !== "boolean" ||
+    !Number.isInteger(d.remaining) || d.remaining! < 0 || d.remaining! > policy.limit ||
+    !Number.isInteger(d.resetSeconds) || d.resetSeconds! < 0 || d.resetSeconds! > windowSeconds
+  ) {
+    throw new TypeError("the rate-limiter object answered something that is not a decision");
+  }
+  return { allowed: d.allowed, remaining: d.remaining!, resetSeconds: d.resetSeconds! };
+}

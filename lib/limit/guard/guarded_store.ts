@@ -1,0 +1,333 @@
+/**
+ * The failure policy of a shared rate-limit store: a bound on every call, and what to answer when the
+ * store is slow or down.
+ *
+ * {@linkcode GuardedStore} wraps any store. A call that fails or takes longer than `timeoutMs` is
+ * answered by the policy: `open` admits (uncounted), `closed` refuses with a 429 whose code is
+ * `rate_limit_unavailable`. Either way nothing is thrown, so the handler never answers 5xx because of
+ * the store. One failed or slow call answers only its own request: a {@linkcode CircuitBreaker}
+ * switches the instance to the policy when failures are sustained (by default 5 or more, and half or
+ * more of the last 20 calls within 10 s). Then the store is left alone for `probeIntervalMs`; one
+ * request probes it while the others are still answered by the policy, and the first success ends
+ * the incident. An incident is reported twice to the injected logger, when it starts and when it
+ * ends, however many requests it spans.
+ *
+ * The timeout times the store's answer, not the event loop's queue: a timer that fires more than
+ * {@linkcode LOOP_LAG_TOLERANCE_MS} late found the loop busy, and an answer that arrived meanwhile
+ * may be waiting unread, so the call gets another `timeoutMs` (at most {@linkcode MAX_EXTENSIONS}
+ * times) before it counts as timed out.
+ *
+ * @module
+ */
+
+import {
+  type BreakerState,
+  CircuitBreaker,
+  type CircuitBreakerOptions,
+} from "./circuit_breaker.ts";
+import {
+  type Decision,
+  pending,
+  type RateLimitPolicy,
+  type RateLimitStore,
+} from "../core/decision.ts";
+import { raceTimer } from "../../timer.ts";
+
+/** How late a timeout's timer may fire before the loop counts as busy, in ms. */
+export const LOOP_LAG_TOLERANCE_MS = 10;
+
+/** How many times a call's deadline is extended because the loop was busy when it expired. */
+export const MAX_EXTENSIONS = 3;
+
+/** What to do when the store cannot decide: admit (`open`) or refuse (`closed`). */
+export type StoreFailurePolicy = "open" | "closed";
+
+/** The two reports of an incident. */
+export type StoreIncident =
+  | {
+    /** The store failed or timed out; requests are answered by the policy from now on. */
+    kind: "unavailable";
+    /** The policy applied. */
+    policy: StoreFailurePolicy;
+    /** The first error, as `Name: message`. */
+    error: string;
+  }
+  | {
+    /** The store answered again; limiting has resumed. */
+    kind: "recovered";
+    /** How long the incident lasted, in ms. */
+    downMs: number;
+    /** Requests answered by the policy during the incident. */
+    answeredByPolicy: number;
+  };
+
+/** Options of {@linkcode GuardedStore}. */
+export interface GuardOptions {
+  /** The limit and window, for the answers the policy gives. */
+  policy: RateLimitPolicy;
+  /** The longest a store call may take, in ms. */
+  timeoutMs: number;
+  /** What to answer when the store fails or times out. */
+  onError: StoreFailurePolicy;
+  /** Receives the start and the end of every incident. */
+  onIncident?: (incident: StoreIncident) => void;
+  /** How long to leave a failed store alone before probing it again, in ms (default 1000). */
+  probeIntervalMs?: number;
+  /** Clock for the probe interval and incident durations; defaults to `Date.now`. */
+  clock?: () => number;
+  /** When to trip (the window of calls and the failure rate); see {@linkcode CircuitBreaker}. */
+  breaker?: Omit<CircuitBreakerOptions, "probeIntervalMs" | "clock">;
+}
+
+/** Raised (and caught by the guard) when a store call outlives `timeoutMs`. */
+export class StoreTimeoutError extends Error {
+  /** Creates the error for a bound of `timeoutMs`. */
+  constructor(timeoutMs: number) {
+    super(`rate-limit store did not answer within ${timeoutMs} ms`);
+    this.name = "StoreTimeoutError";
+  }
+}
+
+interface Incident {
+  since: number;
+  answered: number;
+}
+
+/**
+ * A store that bounds every call of `store` and applies a failure policy.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import type { StoreIncident } from "./guarded_store.ts";
+ * const down = {
+ *   hit: () => Promise.reject(new Error("connection refused")),
+ *   peek: () => Promise.reject(new Error("connection refused")),
+ *   close() {},
+ * };
+ * const incidents: StoreIncident[] = [];
+ * const store = new GuardedStore(down, {
+ *   policy: { limit: 60, windowMs: 60_000 },
+ *   timeoutMs: 100,
+ *   onError: "open",
+ *   onIncident: (incident) => incidents.push(incident),
+ * });
+ * // Open: admitted, nothing counted. One failed call answers only its own request...
+ * assert.equal((await store.hit("192.0.2.1", 0)).allowed, true);
+ * assert.equal(incidents.length, 0);
+ * // ...five in a row trip the breaker, and the incident is reported once.
+ * for (let i = 0; i < 4; i++) await store.hit("192.0.2.1", 0);
+ * assert.deepEqual(incidents.map((incident) => incident.kind), ["unavailable"]);
+ * await store.close();
+ * ```
+ */
+export class GuardedStore implements RateLimitStore {
+  readonly #store: RateLimitStore;
+  readonly #timeoutMs: number;
+  readonly #onIncident: ((incident: StoreIncident) => void) | undefined;
+  readonly #probeIntervalMs: number;
+  readonly #clock: () => number;
+  readonly #breaker: CircuitBreaker;
+  #lone = 0;
+  readonly #hitFallback: Decision;
+  readonly #peekFallback: Decision;
+  #incident: Incident | undefined;
+  readonly #policy: StoreFailurePolicy;
+  readonly #seen = new LastDecisions();
+  readonly #freshWindow: Decision;
+
+  /** Wraps `store`. */
+  constructor(store: RateLimitStore, options: GuardOptions) {
+    this.#store = store;
+    this.#timeoutMs = options.timeoutMs;
+    this.#policy = options.onError;
+    this.#onIncident = options.onIncident;
+    this.#probeIntervalMs = options.probeIntervalMs ?? 1000;
+    this.#clock = options.clock ?? Date.now;
+    this.#breaker = new CircuitBreaker({
+      ...options.breaker,
+      probeIntervalMs: this.#probeIntervalMs,
+      clock: this.#clock,
+    });
+    const { limit, windowMs } = options.policy;
+    this.#freshWindow = { allowed: true, remaining: limit, resetSeconds: 0 };
+    if (options.onError === "open") {
+      // Admitted without counting: answer as a fresh window would, so the headers stay plausible
+      // (remaining below the limit, reset within the window) and clients do not back off.
+      this.#hitFallback = { allowed: true, remaining: limit - 1, resetSeconds: windowMs / 1000 };
+      this.#peekFallback = { allowed: true, remaining: limit, resetSeconds: 0 };
+    } else {
+      // Retry when the store will next be probed.
+      const retry = Math.max(1, Math.ceil(this.#probeIntervalMs / 1000));
+      this.#hitFallback = { allowed: false, remaining: 0, resetSeconds: retry, unavailable: true };
+      this.#peekFallback = this.#hitFallback;
+    }
+  }
+
+  /** Whether the store is answering (no incident under way). */
+  get healthy(): boolean {
+    return this.#incident === undefined;
+  }
+
+  /** Requests answered by the policy because their own call failed, outside any incident. */
+  get answeredAlone(): number {
+    return this.#lone;
+  }
+
+  /** Where the circuit breaker stands (for the `ratelimit.breaker.state` metric). */
+  get breakerState(): BreakerState {
+    return this.#breaker.state;
+  }
+
+  /** The failure policy this guard answers by. */
+  get failurePolicy(): StoreFailurePolicy {
+    return this.#policy;
+  }
+
+  /** Whether `decision` is an answer of the failure policy rather than the store's. */
+  answeredByPolicy(decision: Decision): boolean {
+    return decision === this.#hitFallback || decision === this.#peekFallback;
+  }
+
+  /** {@inheritDoc RateLimitStore.hit} */
+  hit(key: string, now: number): Decision | Promise<Decision> {
+    const result = this.#call(() => this.#store.hit(key, now), this.#hitFallback);
+    return pending(result)
+      ? Promise.resolve(result).then((decision) => this.#remember(key, now, decision))
+      : this.#remember(key, now, result);
+  }
+
+  /** Keeps the store's own decisions for {@linkcode peek}; the failure policy's say nothing. */
+  #remember(key: string, now: number, decision: Decision): Decision {
+    return this.answeredByPolicy(decision) ? decision : this.#seen.remember(key, now, decision);
+  }
+
+  /**
+   * What this instance last saw of `key`, from local state: no store round trip. Only CORS
+   * preflights peek (never counted, never refused: `preflightDecision`), and a browser sends one
+   * before each cross-origin request, so a store call per preflight would let 3,000 preflights from
+   * a caller at 0 cost 3,000 round trips. Their RateLimit fields are this instance's last view of the
+   * caller (its last decision, the reset counted down since), or a fresh window for a caller it has
+   * not seen; the request that follows gets the store's exact answer.
+   */
+  peek(key: string, now: number): Decision {
+    return this.#seen.recall(key, now) ?? this.#freshWindow;
+  }
+
+  /** {@inheritDoc RateLimitStore.close} */
+  close(): void | Promise<void> {
+    return this.#store.close();
+  }
+
+  #call(
+    call: () => Decision | Promise<Decision>,
+    fallback: Decision,
+  ): Decision | Promise<Decision> {
+    if (!this.#breaker.allow()) {
+      this.#incident!.answered++;
+      return fallback;
+    }
+    let result: Decision | Promise<Decision>;
+    try {
+      result = call();
+    } catch (error) {
+      this.#failed(error);
+      return fallback;
+    }
+    if (!pending(result)) {
+      this.#succeeded();
+      return result;
+    }
+    return this.#bounded(Promise.resolve(result)).then(
+      (decision) => {
+        this.#succeeded();
+        return decision;
+      },
+      (error) => {
+        this.#failed(error);
+        return fallback;
+      },
+    );
+  }
+
+  #bounded(result: Promise<Decision>): Promise<Decision> {
+    const timeoutMs = this.#timeoutMs;
+    let due = performance.now() + timeoutMs;
+    let extensions = 0;
+    return raceTimer(result, timeoutMs, () => {
+      const now = performance.now();
+      if (now - due > LOOP_LAG_TOLERANCE_MS && extensions < MAX_EXTENSIONS) {
+        // The loop was busy: the answer may be read in the next turn. Time it again from here.
+        extensions++;
+        due = now + timeoutMs;
+        return { wait: timeoutMs };
+      }
+      throw new StoreTimeoutError(timeoutMs);
+    });
+  }
+
+  #failed(error: unknown): void {
+    const incident = this.#incident;
+    const transition = this.#breaker.failure();
+    if (incident !== undefined) {
+      incident.answered++;
+      return;
+    }
+    if (transition !== "tripped") {
+      // One failure is not an outage: only this request was answered by the policy.
+      this.#lone++;
+      return;
+    }
+    this.#incident = { since: this.#clock(), answered: 1 };
+    this.#onIncident?.({
+      kind: "unavailable",
+      policy: this.#policy,
+      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    });
+  }
+
+  #succeeded(): void {
+    this.#breaker.success();
+    const incident = this.#incident;
+    if (incident === undefined) return;
+    this.#incident = undefined;
+    this.#onIncident?.({
+      kind: "recovered",
+      downMs: this.#clock() - incident.since,
+      answeredByPolicy: incident.answered,
+    });
+  }
+}
+
+/** Most callers whose last decision a {@linkcode GuardedStore} keeps; beyond it it starts again. */
+export const LAST_DECISIONS_LIMIT = 4096;
+
+/**
+ * The last decision this instance got for each recent caller, bounded ({@linkcode
+ * LAST_DECISIONS_LIMIT} callers, then cleared, as the handler's memos are): what a preflight is
+ * answered from.
+ */
+class LastDecisions {
+  readonly #decisions = new Map<string, { decision: Decision; at: number }>();
+
+  /** Keeps `decision` as `key`'s latest and returns it. */
+  remember(key: string, now: number, decision: Decision): Decision {
+    if (this.#decisions.size >= LAST_DECISIONS_LIMIT && !this.#decisions.has(key)) {
+      this.#decisions.clear();
+    }
+    this.#decisions.set(key, { decision, at: now });
+    return decision;
+  }
+
+  /** `key`'s latest decision with its reset counted down to `now`, if it is still within it. */
+  recall(key: string, now: number): Decision | undefined {
+    const seen = this.#decisions.get(key);
+    if (seen === undefined) return undefined;
+    const left = seen.decision.resetSeconds - Math.floor((now - seen.at) / 1000);
+    if (left <= 0) {
+      this.#decisions.delete(key);
+      return undefined;
+    }
+    return { allowed: true, remaining: seen.decision.remaining, resetSeconds: left };
+  }
+}

@@ -1,0 +1,189 @@
+/**
+ * The Worker's side of the Durable Object store (`lib/limit/durable_object/durable_object_store.ts`), over a namespace
+ * whose stubs answer thenables as a binding's do: a real Promise out, the object named by the
+ * caller (or its shard), an answer that is not a decision refused, and the guard's failure policy
+ * and timeout applied. The store on real workerd is `tests/workers/rate_limiter_object_test.ts`.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import type { Decision, RateLimitPolicy } from "../../../lib/limit/core/decision.ts";
+import {
+  createDurableObjectStore,
+  DurableObjectStore,
+  MAX_SHARDS,
+  type RateLimiterNamespace,
+  type RateLimiterStub,
+  shardOf,
+} from "../../../lib/limit/durable_object/durable_object_store.ts";
+import { CallerLogs, MAX_KEY_LENGTH } from "../../../lib/limit/durable_object/object_logs.ts";
+
+const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
+
+/** A thenable that is not a Promise, as a Durable Object's RPC result is. */
+function thenable<T>(settle: () => T): PromiseLike<T> {
+  return {
+    then: (ok, fail) => new Promise<T>((resolve) => resolve(settle())).then(ok, fail),
+  };
+}
+
+/**
+ * A namespace of objects that decide with the real logs, one `CallerLogs` per object name, by
+ * the test's clock; `answer` replaces their answer when set.
+ */
+class FakeNamespace implements RateLimiterNamespace<string> {
+  readonly objects = new Map<string, CallerLogs>();
+  readonly calls: string[] = [];
+  answer: (() => unknown) | undefined;
+  now = 1_800_000_000_000;
+  idFromName(name: string): string {
+    return name;
+  }
+  get(id: string): RateLimiterStub {
+    const logs = this.objects.get(id) ?? new CallerLogs();
+    this.objects.set(id, logs);
+    const answer = (decide: () => Decision) =>
+      thenable(() => (this.answer ?? decide)() as Decision);
+    return {
+      hit: (key, policy) => {
+        this.calls.push(`${id} hit ${key}`);
+        return answer(() => logs.hit(key, this.now, policy).decision);
+      },
+      peek: (key, policy) => {
+        this.calls.push(`${id} peek ${key}`);
+        return answer(() => logs.peek(key, this.now, policy));
+      },
+    };
+  }
+}
+
+Deno.test("the client answers a real Promise over the stub's thenable, and 100 requests of one caller admit 60", async () => {
+  const namespace = new FakeNamespace();
+  const store = new DurableObjectStore(namespace, POLICY);
+  let admitted = 0;
+  for (let i = 0; i < 100; i++) {
+    const result = store.hit("192.0.2.1", 0);
+    assert.ok(result instanceof Promise);
+    if ((await result).allowed) admitted++;
+  }
+  assert.equal(admitted, 60);
+  assert.deepEqual(await store.peek("192.0.2.1", 0), {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: 60,
+  });
+  assert.deepEqual([...namespace.objects.keys()], ["192.0.2.1"]);
+});
+
+Deno.test("each caller has an object of its own; with shards, the callers of a shard share one", async () => {
+  const perCaller = new FakeNamespace();
+  const store = new DurableObjectStore(perCaller, POLICY);
+  await store.hit("192.0.2.1", 0);
+  await store.hit("2001:db8:0:1e::/64", 0);
+  assert.deepEqual(perCaller.calls, [
+    "192.0.2.1 hit 192.0.2.1",
+    "2001:db8:0:1e::/64 hit 2001:db8:0:1e::/64",
+  ]);
+  const sharded = new FakeNamespace();
+  const shards = new DurableObjectStore(sharded, POLICY, 16);
+  for (let i = 0; i < 1600; i++) await shards.hit(`198.51.${i >> 8}.${i & 255}`, 0);
+  assert.equal(sharded.objects.size, 16);
+  const sizes = [...sharded.objects.values()].map((logs) => logs.callers);
+  assert.equal(sizes.reduce((a, b) => a + b), 1600);
+  // FNV-1a spreads addresses evenly enough: no shard holds twice its share.
+  assert.ok(Math.max(...sizes) < 200, `shard sizes ${sizes}`);
+  assert.equal(shards.objectName("192.0.2.1"), `shard:${shardOf("192.0.2.1", 16)}`);
+});
+
+Deno.test("an answer that is not a decision of the policy fails the call, and the failure policy answers", async () => {
+  const namespace = new FakeNamespace();
+  const client = new DurableObjectStore(namespace, POLICY);
+  for (
+    const bad of [
+      undefined,
+      "ok",
+      { allowed: "yes", remaining: 1, resetSeconds: 1 },
+      { allowed: true, remaining: 61, resetSeconds: 1 },
+      { allowed: true, remaining: -1, resetSeconds: 1 },
+      { allowed: true, remaining: 1.5, resetSeconds: 1 },
+      { allowed: true, remaining: 1, resetSeconds: 61 },
+      { allowed: true, remaining: 1, resetSeconds: NaN },
+    ]
+  ) {
+    namespace.answer = () => bad;
+    await assert.rejects(client.hit("192.0.2.1", 0), TypeError, JSON.stringify(bad));
+  }
+  // Extra fields of an answer are not passed on.
+  namespace.answer = () => ({ allowed: true, remaining: 3, resetSeconds: 4, extra: "x" });
+  assert.deepEqual(await client.hit("192.0.2.1", 0), {
+    allowed: true,
+    remaining: 3,
+    resetSeconds: 4,
+  });
+  const store = createDurableObjectStore(namespace, {
+    policy: POLICY,
+    timeoutMs: 100,
+    onError: "closed",
+  });
+  namespace.answer = () => ({ allowed: true, remaining: 99, resetSeconds: 1 });
+  const refused = await store.hit("192.0.2.1", 0);
+  assert.equal(refused.unavailable, true);
+  assert.ok(store.answeredByPolicy(refused));
+});
+
+Deno.test("an object that fails or does not answer in time is answered by the failure policy: open admits, closed refuses", async () => {
+  for (const onError of ["open", "closed"] as const) {
+    const namespace = new FakeNamespace();
+    const store = createDurableObjectStore(namespace, { policy: POLICY, timeoutMs: 50, onError });
+    namespace.answer = () => {
+      throw new Error("Durable Object is overloaded");
+    };
+    const failed = await store.hit("192.0.2.1", 0);
+    assert.ok(store.answeredByPolicy(failed));
+    assert.equal(failed.allowed, onError === "open");
+    // A stub whose call never settles: the guard's timeout answers.
+    const hanging: RateLimiterNamespace<string> = {
+      idFromName: (name) => name,
+      get: () => ({ hit: () => new Promise(() => {}), peek: () => new Promise(() => {}) }),
+    };
+    const slow = createDurableObjectStore(hanging, { policy: POLICY, timeoutMs: 50, onError });
+    const started = performance.now();
+    const timedOut = await slow.hit("192.0.2.1", 0);
+    const waited = performance.now() - started;
+    assert.ok(slow.answeredByPolicy(timedOut));
+    assert.equal(timedOut.allowed, onError === "open");
+    assert.ok(waited >= 45 && waited < 1_000, `waited ${waited} ms`);
+  }
+});
+
+Deno.test("a caller key the store cannot hold is answered by the failure policy without a call", async () => {
+  const namespace = new FakeNamespace();
+  const store = createDurableObjectStore(namespace, {
+    policy: POLICY,
+    timeoutMs: 100,
+    onError: "closed",
+  });
+  for (const key of ["", "k".repeat(MAX_KEY_LENGTH + 1)]) {
+    const decision = await store.hit(key, 0);
+    assert.ok(store.answeredByPolicy(decision));
+  }
+  assert.deepEqual(namespace.calls, []);
+  assert.equal((await store.hit("k".repeat(MAX_KEY_LENGTH), 0)).remaining, 59);
+});
+
+Deno.test("the store refuses at creation a policy or a shard count it cannot hold", () => {
+  const namespace = new FakeNamespace();
+  assert.throws(
+    () => new DurableObjectStore(namespace, { limit: 10_001, windowMs: 60_000 }),
+    RangeError,
+  );
+  assert.throws(() => new DurableObjectStore(namespace, { limit: 60, windowMs: 500 }), RangeError);
+  for (const shards of [0, 1.5, MAX_SHARDS + 1, NaN]) {
+    assert.throws(
+      () => new DurableObjectStore(namespace, POLICY, shards),
+      RangeError,
+      String(shards),
+    );
+  }
+});
