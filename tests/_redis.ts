@@ -38,12 +38,32 @@ export interface TestRedis {
   start(): Promise<void>;
 }
 
-/** A port that was free a moment ago on 127.0.0.1. */
+/** Where {@linkcode freePort} picks: below Linux's ephemeral range (32768–60999 by default). */
+const FREE_PORTS = { min: 10_000, max: 32_767 };
+/** The ports {@linkcode freePort} returned in this test file. */
+const handedOut = new Set<number>();
+
+/**
+ * A port that was free a moment ago on 127.0.0.1, for a process the test starts on it (and may start
+ * again on it). Picked at random below the kernel's ephemeral range, so that the suite's other files,
+ * running in parallel, cannot be handed it for a listener on port 0 or an outgoing connection while
+ * the process is starting or stopped; a port found in use is skipped.
+ */
 export function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = FREE_PORTS.min +
+      Math.floor(Math.random() * (FREE_PORTS.max - FREE_PORTS.min + 1));
+    // Not one handed out before and perhaps not bound yet (a cluster's ports are picked together).
+    if (handedOut.has(port)) continue;
+    try {
+      Deno.listen({ hostname: "127.0.0.1", port }).close();
+      handedOut.add(port);
+      return port;
+    } catch (error) {
+      if (!(error instanceof Deno.errors.AddrInUse)) throw error;
+    }
+  }
+  throw new Error(`no free port in ${FREE_PORTS.min}–${FREE_PORTS.max} after 100 tries`);
 }
 
 /** Options of {@linkcode startRedis}. */
@@ -284,6 +304,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<TestCl
         "yes",
         "--cluster-config-file",
         `nodes-${port}.conf`,
+        // The bus on a free port of its own too (by default the port + 10000, which may be taken).
+        "--cluster-port",
+        String(freePort()),
         "--cluster-node-timeout",
         String(nodeTimeoutMs),
         // A replica takes over however long its link was down: the tests kill primaries at will.

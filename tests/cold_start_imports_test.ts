@@ -12,6 +12,7 @@
 
 import assert from "node:assert/strict";
 import { denoInfo, ROOT } from "./_deno_info.ts";
+import { freePort } from "./_redis.ts";
 import { startService } from "./_service_process.ts";
 import { startTaskArgs, startTaskEntry } from "./bench/_start_task.ts";
 
@@ -258,10 +259,7 @@ function parseEvent(line: string): Record<string, unknown> | undefined {
 
 /** A loopback URL on which nothing listens (a port just released). */
 function closedLoopbackUrl(): string {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr;
-  listener.close();
-  return `http://127.0.0.1:${port}/`;
+  return `http://127.0.0.1:${freePort()}/`;
 }
 
 // Deno reads, and resolves, every statically analysable dynamic import when it builds the graph at

@@ -28,7 +28,7 @@ const ROOT = join(import.meta.dirname!, "..");
 
 /** Commands not run here, and why. */
 const SKIPPED: { pattern: RegExp; why: string }[] = [
-  // The whole suite includes this test, and takes about 9 minutes alone: CI runs it.
+  // The whole suite includes this test, and takes about 4 minutes: CI runs it.
   { pattern: /deno(@\S+)? task (test|ok)$/, why: "the whole suite, which CI runs" },
   { pattern: /^deno task bench/, why: "a benchmark of minutes, run by hand (tests/bench)" },
   {

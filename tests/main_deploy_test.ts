@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import { DEPLOY_PLATFORM } from "./_deno_deploy_env.ts";
 import { join } from "node:path";
 import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
+import { freePort } from "./_redis.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 
@@ -37,13 +38,6 @@ function buildAsDeploy(): void {
     stderr: "piped",
   }).outputSync();
   assert.ok(success, `deploy.build failed: ${new TextDecoder().decode(stderr)}`);
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = listener.addr.port;
-  listener.close();
-  return port;
 }
 
 /** Lines of a stream, as they come. */

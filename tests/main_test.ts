@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { freePort } from "./_redis.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 const MAIN = join(ROOT, "main.ts");
@@ -255,9 +256,7 @@ Deno.test("main.ts --listen with REUSE_PORT=true but without --unstable-net says
 });
 
 Deno.test("under deno serve, SIGTERM still writes the access-log lines waiting in the buffer", async () => {
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
+  const port = freePort();
   const process = new Deno.Command(Deno.execPath(), {
     args: ["serve", "--host", "127.0.0.1", "--port", String(port), ...PERMISSIONS, MAIN],
     cwd: ROOT,

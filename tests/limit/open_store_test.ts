@@ -11,6 +11,7 @@ import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { BREAKER_DEFAULTS } from "../../lib/limit/guard/circuit_breaker.ts";
 import { GuardedStore } from "../../lib/limit/guard/guarded_store.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
+import { freePort } from "../_redis.ts";
 
 function configOf(env: Partial<Record<EnvName, string>>) {
   const result = loadConfig(recordEnv(env) satisfies Env);
@@ -173,9 +174,7 @@ Deno.test("openRateLimitStore builds a local-first KV store that answers every c
 });
 
 Deno.test("openRateLimitStore starts on an unreachable Redis and answers by policy", async () => {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
+  const port = freePort();
   const incidents: unknown[] = [];
   const store = await openRateLimitStore(
     configOf({
