@@ -28,6 +28,9 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 0, group: "timer", matches: (p) => p === "lib/timer.ts" },
     // A value built on first use and kept.
     { layer: 0, group: "once", matches: (p) => p === "lib/once.ts" },
+    // Text helpers with no policy, each written once: an error's message, SHA-256 in hex, the
+    // characters no one-line value may hold.
+    { layer: 0, group: "text", matches: (p) => p.startsWith("lib/text/") },
     // The limiter: the decision, the stores, the guard, the caller key.
     { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.

@@ -23,6 +23,8 @@ import { apiReferenceMarkdown, shellWord } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { escapeMarkdownText, markdownToPlainText, unescapeMarkdown } from "./escape.ts";
 import { once } from "../once.ts";
+import { messageOf } from "../text/error_message.ts";
+import { CONTROL_CHARACTERS } from "../text/control_characters.ts";
 import { markdownLinksToTwins, type PageMeta, renderPage, type Site } from "./layout.ts";
 import { sitemapXml } from "./sitemap.ts";
 import type { Prerendered } from "./prerender.ts";
@@ -503,15 +505,10 @@ function fillStaticFile(
  * `{{content_signal}}` is robots.txt's own placeholder: the validated `CONTENT_SIGNAL`.
  */
 function robotsValues(values: Record<string, string>): Record<string, string> {
-  // deno-lint-ignore no-control-regex
-  const controls = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+  const controls = new RegExp(CONTROL_CHARACTERS, "g");
   return Object.fromEntries(
     Object.entries(values).map(([name, value]) => [name, value.replace(controls, " ")]),
   );
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** The pages' files in `static/`. */

@@ -20,6 +20,8 @@
  * @module
  */
 
+import { escapeRegExp } from "./escape.ts";
+
 /** What the layout needs to know about one page. */
 export interface PageMeta {
   /** Path of the page (`/developers`), used for the current-page marker and the canonical URL. */
@@ -142,10 +144,6 @@ export function pageLinksOnHost(html: string, baseUrl: string): string {
     .sort((a, b) => b.length - a.length).map(escapeRegExp).join("|");
   const href = new RegExp(`href="${escapeRegExp(escapeHtml(baseUrl))}(${paths})(?=["#])`, "g");
   return html.replace(href, (_, path: string) => `href="${escapeHtml(root)}${path || "/"}`);
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 }
 
 /** Escapes text for HTML element content and double-quoted attribute values. */

@@ -18,6 +18,9 @@
  * @module
  */
 
+import { messageOf } from "../text/error_message.ts";
+import { sha256Hex } from "../text/sha256_hex.ts";
+
 /** The bundle that `deno task build` writes, relative to the project's folder. */
 export const BUNDLE = "dist/app/main.js";
 /** The source entry point, run when the bundle is stale and cannot be built. */
@@ -95,8 +98,7 @@ export async function inputsDigest(root: string): Promise<string> {
     bytes.set(part, offset);
     offset += part.length;
   }
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return await sha256Hex(bytes);
 }
 
 /** Writes {@linkcode STAMP}: the digest of the inputs the bundle in `root` was just built from. */
@@ -169,7 +171,7 @@ async function build(root: string): Promise<string | undefined> {
     const said = new TextDecoder().decode(stderr);
     return said.split("\n").find((line) => line.trim() !== "")?.trim() ?? "it failed silently";
   } catch (error) {
-    return error instanceof Error ? error.message : String(error);
+    return messageOf(error);
   }
 }
 

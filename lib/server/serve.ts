@@ -17,6 +17,8 @@
  * @module
  */
 
+import { messageOf } from "../text/error_message.ts";
+
 /** The first delay before listening again after accepting failed, in ms. */
 export const RELISTEN_FIRST_DELAY_MS = 100;
 /** The longest delay between two attempts to listen again, in ms. */
@@ -253,7 +255,7 @@ function createIncidents(emit: (event: ServeEvent) => void): {
       incident = { since: Date.now(), attempts: 0 };
       emit({
         kind: "accept_failed",
-        error: error instanceof Error ? error.message : String(error),
+        error: messageOf(error),
       });
     },
     attempt() {

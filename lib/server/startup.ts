@@ -6,16 +6,14 @@
  * @module
  */
 
+import { messageOf } from "../text/error_message.ts";
+
 /** Where the service was asked to listen. */
 export interface ListenTarget {
   /** `HOSTNAME`. */
   hostname: string;
   /** `PORT`. */
   port: number;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /**
