@@ -7,7 +7,7 @@
  *   there). Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
  *   the problems are logged, one message, once per isolate (`wrangler tail`, Workers Logs): a
  *   Worker cannot refuse to start, and a 500 is what a monitor notices.
- * - Content: the static files' texts, given by the build (`build.ts` embeds `static/`): no file
+ * - Content: the static files' texts, given by the build (`lib/build/worker.ts` embeds `static/`): no file
  *   system.
  * - Caller: `CF-Connecting-IP`, which Cloudflare's edge sets, replacing any a client sent; locally
  *   (`deno task worker`, miniflare) a client's is passed on as sent, else it is the loopback peer.

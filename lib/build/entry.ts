@@ -8,11 +8,11 @@
  * file system) still starts: from the bundle that `deno task build` wrote at install time, or from
  * the sources. Freshness is judged by content: `deno task build` writes the SHA-256 of its inputs
  * (`main.ts`, `deno.json`, `deno.lock`, every file under `lib/`) beside the bundle
- * (`lib/server/entry.ts --stamp`), and the bundle runs only when the inputs still have that digest.
+ * (`lib/build/entry.ts --stamp`), and the bundle runs only when the inputs still have that digest.
  * Modification times would run a stale bundle after a `lib/` file is restored with an older time
  * (`rsync -a`, `tar`, `cp -p`): the service would not run what was reviewed.
  *
- * Run by the task as `deno run --allow-read=. --allow-run lib/server/entry.ts` from the project's
+ * Run by the task as `deno run --allow-read=. --allow-run lib/build/entry.ts` from the project's
  * folder.
  *
  * @module
