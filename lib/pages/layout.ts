@@ -21,6 +21,7 @@
  */
 
 import { escapeRegExp } from "./escape.ts";
+import { PAGES } from "./site_pages.ts";
 
 /** What the layout needs to know about one page. */
 export interface PageMeta {
@@ -59,22 +60,18 @@ export interface PageLink {
 }
 
 /** The navigation, in order. */
-export const NAV: ReadonlyArray<{ path: string; label: string }> = [
-  { path: "/", label: "Home" },
-  { path: "/developers", label: "Developers" },
-  { path: "/developers/deprecation-policy", label: "Deprecation policy" },
-];
+export const NAV: ReadonlyArray<{ path: string; label: string }> = PAGES.map((
+  { path, label },
+) => ({ path, label }));
 
 /**
  * Each page's Markdown twin (llmstxt.org: the page's URL with `.md` appended, `index.html.md` for a
  * folder's URL), by the page's path: a plain `fetch` of a twin gets Markdown, no `Accept` needed.
  * `/api`, the alias of `/developers`, has `/api.md` as the alias of its twin.
  */
-export const MARKDOWN_TWINS: Readonly<Record<string, string>> = {
-  "/": "/index.html.md",
-  "/developers": "/developers.md",
-  "/developers/deprecation-policy": "/developers/deprecation-policy.md",
-};
+export const MARKDOWN_TWINS: Readonly<Record<string, string>> = Object.fromEntries(
+  PAGES.map(({ path, twin }) => [path, twin]),
+);
 
 /**
  * Rewrites the Markdown links of filled Markdown that lead to one of the portal's pages (or the
