@@ -153,13 +153,13 @@ export function loadConfig(env: Env): ConfigResult {
 }
 
 /** The keys of the Content Signals Policy (contentsignals.org), in the order the service writes them. */
-export const CONTENT_SIGNAL_KEYS = ["search", "ai-input", "ai-train"] as const;
+const CONTENT_SIGNAL_KEYS = ["search", "ai-input", "ai-train"] as const;
 
 /**
  * The default `CONTENT_SIGNAL`: a public discovery directory wants to be found and quoted (search,
  * ai-input), and reserves training (lib/pages/README.md, "Content signals").
  */
-export const DEFAULT_CONTENT_SIGNAL = "search=yes, ai-input=yes, ai-train=no";
+const DEFAULT_CONTENT_SIGNAL = "search=yes, ai-input=yes, ai-train=no";
 
 /**
  * `CONTENT_SIGNAL`: each of {@linkcode CONTENT_SIGNAL_KEYS} once, `yes` or `no`, comma-separated in
@@ -480,10 +480,10 @@ export function formatConfigErrors(errors: readonly string[]): string {
 }
 
 /** The longest `PRODUCT_NAME`: a name, shown in every page's header and title. */
-export const MAX_NAME_LENGTH = 100;
+const MAX_NAME_LENGTH = 100;
 
 /** The longest `PRODUCT_DESCRIPTION`: a paragraph, shown on pages and in the Platform. */
-export const MAX_DESCRIPTION_LENGTH = 1000;
+const MAX_DESCRIPTION_LENGTH = 1000;
 
 /**
  * Why `value` is not a one-line text the service may show (in HTML, Markdown, JSON and llms.txt,

@@ -24,12 +24,12 @@ import { sha256Hex } from "../text/sha256_hex.ts";
 /** The bundle that `deno task build` writes, relative to the project's folder. */
 export const BUNDLE = "dist/app/main.js";
 /** The source entry point, run when the bundle is stale and cannot be built. */
-export const SOURCE = "main.ts";
+const SOURCE = "main.ts";
 /**
  * What the bundle is built from: files and folders to walk (every file under `lib/`), and the lock
  * that pins the npm packages it imports.
  */
-export const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "deno.lock", "lib"];
+const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "deno.lock", "lib"];
 
 /** What {@linkcode pickEntry} decided: the module to run, and a warning when it is not the bundle. */
 export interface Picked {
@@ -46,7 +46,7 @@ export interface PickOptions {
 }
 
 /** The digest of the build inputs the bundle was built from, written beside it by `deno task build`. */
-export const STAMP = "dist/app/inputs.sha256";
+const STAMP = "dist/app/inputs.sha256";
 
 /** The files under `paths` (relative to `root`), walking folders, sorted: what is digested. */
 function inputFiles(root: string, paths: readonly string[]): string[] {

@@ -16,12 +16,12 @@ import { checkRanks, indexedForm, indexRanks, packRanks } from "../pages/tokens/
 import { ranksModule } from "../pages/tokens/module.ts";
 
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
-export const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
+const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
 /**
  * Where the indexed form is written: beside `lib/server/token_ranks.ts`, which reads it from its
  * own folder, for the sources (and the compiled binary, which embeds it) and in `dist/app/` for the bundle.
  */
-export const FILE_OUTPUTS: readonly URL[] = [
+const FILE_OUTPUTS: readonly URL[] = [
   new URL("../server/o200k_ranks.bin", import.meta.url),
   new URL("../../dist/app/o200k_ranks.bin", import.meta.url),
 ];

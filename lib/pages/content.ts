@@ -195,7 +195,7 @@ export function fill(
  * JSON text and `fillMarkdown` in the portal escape it apart, in a JSON or shell block). Every other value
  * is text, escaped for where it lands ({@linkcode fillMarkdown}).
  */
-export const VERBATIM_PLACEHOLDERS: ReadonlySet<string> = new Set([
+const VERBATIM_PLACEHOLDERS: ReadonlySet<string> = new Set([
   "base_url",
   "documentation_url",
   "developer_resources_url",

@@ -20,11 +20,11 @@
 import { messageOf } from "../text/error_message.ts";
 
 /** The first delay before listening again after accepting failed, in ms. */
-export const RELISTEN_FIRST_DELAY_MS = 100;
+const RELISTEN_FIRST_DELAY_MS = 100;
 /** The longest delay between two attempts to listen again, in ms. */
-export const RELISTEN_MAX_DELAY_MS = 1000;
+const RELISTEN_MAX_DELAY_MS = 1000;
 /** How long a new listener must keep accepting before the incident is reported over, in ms. */
-export const RECOVERED_AFTER_MS = 1000;
+const RECOVERED_AFTER_MS = 1000;
 /** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
 export const DRAIN_MS = 1000;
 /**

@@ -62,7 +62,7 @@ function isFile(path: string): boolean {
  * The one folder the compiled binary may read and write (deno.json's `compile` task, the state folder
  * of deploy/discovery@.service): its KV file must be there.
  */
-export const COMPILED_STATE_DIR = "/var/lib/discovery";
+const COMPILED_STATE_DIR = "/var/lib/discovery";
 
 /**
  * Explains why the Deno KV database at `KV_PATH` could not be opened.
