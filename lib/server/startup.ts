@@ -6,7 +6,7 @@
  * @module
  */
 
-import { messageOf } from "../text/error_message.ts";
+import { messageOf, namedMessageOf } from "../text/error_message.ts";
 
 /** Where the service was asked to listen. */
 export interface ListenTarget {
@@ -146,6 +146,5 @@ export function explainStartupError(error: unknown): string {
   if (error instanceof Deno.errors.NotCapable && /env access/.test(messageOf(error))) {
     return "Cannot read the configuration: this process may not read environment variables, so grant --allow-env (deno task start does); nothing is served.";
   }
-  const name = error instanceof Error ? `${error.name}: ` : "";
-  return `Cannot start: ${name}${messageOf(error)}; nothing is served.`;
+  return `Cannot start: ${namedMessageOf(error)}; nothing is served.`;
 }

@@ -1,6 +1,7 @@
 /**
- * `messageOf`: a thrown value as the sentence to show or log, for the places that report an error
- * they caught (start-up failures, the build's checks, the static files' read).
+ * A thrown value as text, for the places that report an error they caught: `messageOf` (start-up
+ * failures, the build's checks, the static files' read), `namedMessageOf` with the error's name
+ * (events, the stores' incidents, the Worker's log).
  *
  * @module
  */
@@ -18,4 +19,19 @@
  */
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * `Name: message` when `error` is an `Error`, else the value as a string: what kind of failure it
+ * was, for a log line or an event (never the stack).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(namedMessageOf(new TypeError("bad port")), "TypeError: bad port");
+ * assert.equal(namedMessageOf(42), "42");
+ * ```
+ */
+export function namedMessageOf(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

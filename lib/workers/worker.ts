@@ -25,6 +25,7 @@
 import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import { parseIp } from "../http/address.ts";
+import { namedMessageOf } from "../text/error_message.ts";
 import type { PeerInfo } from "../limit/caller/caller_key.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import { MemoryStore } from "../limit/memory/memory_store.ts";
@@ -140,7 +141,7 @@ function fileOf(files: Readonly<Record<string, string>>, path: string): string {
 
 /** An error's name and message, secrets redacted: never its stack in a log line. */
 function describe(error: unknown): string {
-  return redactSecrets(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+  return redactSecrets(namedMessageOf(error));
 }
 
 /** The answer of an isolate whose configuration is invalid: 500, the Error shape, no detail. */
