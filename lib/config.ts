@@ -11,6 +11,7 @@ import { type CidrSet, parseCidrSet, parseIp } from "./http/address.ts";
 import type { ForwardedHeader } from "./http/forwarded.ts";
 import { KV_MAX_LIMIT } from "./limit/kv/kv_limit.ts";
 import type { StoreSettings } from "./limit/open_store.ts";
+import { CONTROL_CHARACTERS } from "./text/control_characters.ts";
 
 /** The minimum time between the announcement of a removal and the removal itself (spec section 9). */
 export const MIN_DEPRECATION_NOTICE_DAYS = 90;
@@ -152,13 +153,13 @@ export function loadConfig(env: Env): ConfigResult {
 }
 
 /** The keys of the Content Signals Policy (contentsignals.org), in the order the service writes them. */
-export const CONTENT_SIGNAL_KEYS = ["search", "ai-input", "ai-train"] as const;
+const CONTENT_SIGNAL_KEYS = ["search", "ai-input", "ai-train"] as const;
 
 /**
  * The default `CONTENT_SIGNAL`: a public discovery directory wants to be found and quoted (search,
  * ai-input), and reserves training (lib/pages/README.md, "Content signals").
  */
-export const DEFAULT_CONTENT_SIGNAL = "search=yes, ai-input=yes, ai-train=no";
+const DEFAULT_CONTENT_SIGNAL = "search=yes, ai-input=yes, ai-train=no";
 
 /**
  * `CONTENT_SIGNAL`: each of {@linkcode CONTENT_SIGNAL_KEYS} once, `yes` or `no`, comma-separated in
@@ -479,18 +480,10 @@ export function formatConfigErrors(errors: readonly string[]): string {
 }
 
 /** The longest `PRODUCT_NAME`: a name, shown in every page's header and title. */
-export const MAX_NAME_LENGTH = 100;
+const MAX_NAME_LENGTH = 100;
 
 /** The longest `PRODUCT_DESCRIPTION`: a paragraph, shown on pages and in the Platform. */
-export const MAX_DESCRIPTION_LENGTH = 1000;
-
-/**
- * Control characters (C0, DEL, C1), line and paragraph separators, and the bidirectional controls
- * that make text read other than it is stored (Trojan Source): none belongs in a one-line value.
- */
-const CONTROL_CHARACTERS =
-  // deno-lint-ignore no-control-regex -- control characters are what it finds
-  /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+const MAX_DESCRIPTION_LENGTH = 1000;
 
 /**
  * Why `value` is not a one-line text the service may show (in HTML, Markdown, JSON and llms.txt,

@@ -57,7 +57,7 @@ export function unref(timer: unknown): void {
 }
 
 /** The longest delay `setTimeout` keeps (a longer one fires at once): a longer bound is none. */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What a timer's expiry decides: wait `wait` ms more, or settle the race with `answer`. */
 export type Expiry<L> = { readonly wait: number } | { readonly answer: L };

@@ -28,6 +28,9 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 0, group: "timer", matches: (p) => p === "lib/timer.ts" },
     // A value built on first use and kept.
     { layer: 0, group: "once", matches: (p) => p === "lib/once.ts" },
+    // Text helpers with no policy, each written once: an error's message, SHA-256 in hex, the
+    // characters no one-line value may hold.
+    { layer: 0, group: "text", matches: (p) => p.startsWith("lib/text/") },
     // The limiter: the decision, the stores, the guard, the caller key.
     { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.
@@ -54,6 +57,10 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     // class it exports, its build and local server.
     { layer: 7, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
     { layer: 8, group: "main", matches: (p) => p === "main.ts" },
+    // The tools that run before or beside the service, never in it, each a task's entry: the entry
+    // picker of `deno task start`, the pages' and the token ranks' builds, the Worker's build and
+    // local server.
+    { layer: 8, group: "build", matches: (p) => p.startsWith("lib/build/") },
   ];
 
 /** The longest a function may be, in lines from its signature to its closing brace: about a screen. */
@@ -64,7 +71,7 @@ type Graph = Map<string, string[]>;
 
 /**
  * The entry points of the service, one per runtime: Deno's, and the Workers runtime's (the Worker,
- * and the Durable Object class its built entry exports beside it: `lib/workers/build.ts`).
+ * and the Durable Object class its built entry exports beside it: `lib/build/worker.ts`).
  */
 const ENTRIES = ["main.ts", "lib/workers/worker.ts", "lib/workers/rate_limiter_object.ts"];
 
@@ -292,11 +299,11 @@ Deno.test("every module of lib/ belongs to a layer and is reached from an entry 
   assert.deepEqual(
     buildSteps,
     [
-      "lib/pages/render_pages.ts",
-      "lib/pages/tokens/build.ts",
-      "lib/server/entry.ts",
-      "lib/workers/build.ts",
-      "lib/workers/dev.ts",
+      "lib/build/entry.ts",
+      "lib/build/render_pages.ts",
+      "lib/build/tokens.ts",
+      "lib/build/worker.ts",
+      "lib/build/worker_dev.ts",
     ],
     "build steps run by a task",
   );

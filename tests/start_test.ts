@@ -264,7 +264,7 @@ Deno.test({
     // `deno task` caches every package deno.json and deno.lock name before it runs the task's first
     // command (cli/tools/task.rs, maybe_npm_install): the entry picker, which would warn about the
     // missing bundle, never runs, so the service cannot say this in its own words. Should a Deno
-    // let the task run first, this fails, and lib/server/entry.ts is where the sentence goes.
+    // let the task run first, this fails, and lib/build/entry.ts is where the sentence goes.
     assert.match(said, /^error: Failed caching npm package '[^']+'$/m);
     assert.match(said, /Permission denied/);
     assert.doesNotMatch(said, /"level":"warn"/);

@@ -23,8 +23,11 @@ import { apiReferenceMarkdown, shellWord } from "./api_reference.ts";
 import type { Config } from "../config.ts";
 import { escapeMarkdownText, markdownToPlainText, unescapeMarkdown } from "./escape.ts";
 import { once } from "../once.ts";
+import { messageOf } from "../text/error_message.ts";
+import { CONTROL_CHARACTERS } from "../text/control_characters.ts";
 import { markdownLinksToTwins, type PageMeta, renderPage, type Site } from "./layout.ts";
 import { sitemapXml } from "./sitemap.ts";
+import { DEPRECATION_POLICY_PATH, PAGES, type SitePage } from "./site_pages.ts";
 import type { Prerendered } from "./prerender.ts";
 import type { BuiltRanks } from "./tokens.ts";
 
@@ -100,11 +103,15 @@ export interface Content {
 /** The outcome of {@linkcode loadContent}. */
 export type ContentResult = { ok: true; content: Content } | { ok: false; errors: string[] };
 
+/** The pages' files in `static/`, in {@linkcode PAGES}' order. */
+export const PAGE_FILES: readonly PageFile[] = PAGES.map(({ file }) => file);
+
+/** A page's file in `static/`. */
+export type PageFile = SitePage["file"];
+
 /** The files read from {@linkcode STATIC_DIR}. */
 export const STATIC_FILES = [
-  "index.md",
-  "developers.md",
-  "deprecation-policy.md",
+  ...PAGE_FILES,
   "platform.md",
   "llms.txt",
   "robots.txt",
@@ -188,7 +195,7 @@ export function fill(
  * JSON text and `fillMarkdown` in the portal escape it apart, in a JSON or shell block). Every other value
  * is text, escaped for where it lands ({@linkcode fillMarkdown}).
  */
-export const VERBATIM_PLACEHOLDERS: ReadonlySet<string> = new Set([
+const VERBATIM_PLACEHOLDERS: ReadonlySet<string> = new Set([
   "base_url",
   "documentation_url",
   "developer_resources_url",
@@ -375,9 +382,10 @@ export function loadContent(config: Config, source: StaticFiles): ContentResult 
   const { files, raw, openapiDocument } = loaded;
   const site: Site = { name: config.name, baseUrl: config.baseUrl, supportUrl: config.supportUrl };
   const sources = {
-    "index.md": pageSources("index.md", raw),
-    "developers.md": pageSources("developers.md", raw),
-    "deprecation-policy.md": pageSources("deprecation-policy.md", raw),
+    ...Object.fromEntries(PAGE_FILES.map((file) => [file, pageSources(file, raw)])) as Record<
+      PageFile,
+      string[]
+    >,
     "openapi.json": raw["openapi.json"],
   };
   const pages = pageRenderer(sources, values);
@@ -391,14 +399,9 @@ export function loadContent(config: Config, source: StaticFiles): ContentResult 
   const content: Content = {
     platformJson: platformJson(config),
     platformMarkdown: files["platform.md"],
-    home: page("index.md", files["index.md"], "/", "/index.html.md"),
-    developers: page("developers.md", files["developers.md"], "/developers", "/developers.md"),
-    deprecationPolicy: page(
-      "deprecation-policy.md",
-      files["deprecation-policy.md"],
-      "/developers/deprecation-policy",
-      "/developers/deprecation-policy.md",
-    ),
+    ...Object.fromEntries(
+      PAGES.map(({ file, content, path, twin }) => [content, page(file, files[file], path, twin)]),
+    ) as Record<SitePage["content"], Page>,
     // Minified when first sent, not at start-up (0.7 ms of loadContent's 3-5: lib/README.md, "Cold
     // start").
     get openapi() {
@@ -503,22 +506,11 @@ function fillStaticFile(
  * `{{content_signal}}` is robots.txt's own placeholder: the validated `CONTENT_SIGNAL`.
  */
 function robotsValues(values: Record<string, string>): Record<string, string> {
-  // deno-lint-ignore no-control-regex
-  const controls = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+  const controls = new RegExp(CONTROL_CHARACTERS, "g");
   return Object.fromEntries(
     Object.entries(values).map(([name, value]) => [name, value.replace(controls, " ")]),
   );
 }
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
-/** The pages' files in `static/`. */
-export const PAGE_FILES = ["index.md", "developers.md", "deprecation-policy.md"] as const;
-
-/** A page's file in `static/`. */
-export type PageFile = typeof PAGE_FILES[number];
 
 /** `{{api_reference}}`, as {@linkcode fill} finds it. */
 const API_REFERENCE_PLACEHOLDER = /\{\{\s*api_reference\s*\}\}/;
@@ -551,11 +543,10 @@ export function filledPages(
   };
   const reference = apiReferenceOf(raw, values);
   const page = (file: PageFile) => text(file).text!.replaceAll(API_REFERENCE_MARK, reference);
-  return {
-    "index.md": page("index.md"),
-    "developers.md": page("developers.md"),
-    "deprecation-policy.md": page("deprecation-policy.md"),
-  };
+  return Object.fromEntries(PAGE_FILES.map((file) => [file, page(file)])) as Record<
+    PageFile,
+    string
+  >;
 }
 
 /**
@@ -728,7 +719,7 @@ function apiCatalogJson(base: string): string {
         }],
         "service-doc": [{ href: `${base}/developers`, type: "text/html" }],
         // RFC 9727 section 4.1 recommends usage policies: the versioning and removal policy.
-        deprecation: [{ href: `${base}/developers/deprecation-policy`, type: "text/html" }],
+        deprecation: [{ href: `${base}${DEPRECATION_POLICY_PATH}`, type: "text/html" }],
       },
     ],
   });

@@ -81,3 +81,18 @@ export function markdownToPlainText(markdown: string): string {
 export function unescapeMarkdown(markdown: string): string {
   return markdown.replace(/\\([!-/:-@[-`{-~])/g, "$1");
 }
+
+/**
+ * `text` as a regular expression that matches exactly it: each character with a meaning in a
+ * pattern backslash-escaped (`/` too, for a pattern written between slashes).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(escapeRegExp("https://x.example/a?b"), "https:\\/\\/x\\.example\\/a\\?b");
+ * assert.ok(new RegExp(`^${escapeRegExp("a.b(c)")}$`).test("a.b(c)"));
+ * ```
+ */
+export function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+}

@@ -20,6 +20,9 @@
  * @module
  */
 
+import { escapeRegExp } from "./escape.ts";
+import { PAGES } from "./site_pages.ts";
+
 /** What the layout needs to know about one page. */
 export interface PageMeta {
   /** Path of the page (`/developers`), used for the current-page marker and the canonical URL. */
@@ -57,22 +60,18 @@ export interface PageLink {
 }
 
 /** The navigation, in order. */
-export const NAV: ReadonlyArray<{ path: string; label: string }> = [
-  { path: "/", label: "Home" },
-  { path: "/developers", label: "Developers" },
-  { path: "/developers/deprecation-policy", label: "Deprecation policy" },
-];
+export const NAV: ReadonlyArray<{ path: string; label: string }> = PAGES.map((
+  { path, label },
+) => ({ path, label }));
 
 /**
  * Each page's Markdown twin (llmstxt.org: the page's URL with `.md` appended, `index.html.md` for a
  * folder's URL), by the page's path: a plain `fetch` of a twin gets Markdown, no `Accept` needed.
  * `/api`, the alias of `/developers`, has `/api.md` as the alias of its twin.
  */
-export const MARKDOWN_TWINS: Readonly<Record<string, string>> = {
-  "/": "/index.html.md",
-  "/developers": "/developers.md",
-  "/developers/deprecation-policy": "/developers/deprecation-policy.md",
-};
+export const MARKDOWN_TWINS: Readonly<Record<string, string>> = Object.fromEntries(
+  PAGES.map(({ path, twin }) => [path, twin]),
+);
 
 /**
  * Rewrites the Markdown links of filled Markdown that lead to one of the portal's pages (or the
@@ -142,10 +141,6 @@ export function pageLinksOnHost(html: string, baseUrl: string): string {
     .sort((a, b) => b.length - a.length).map(escapeRegExp).join("|");
   const href = new RegExp(`href="${escapeRegExp(escapeHtml(baseUrl))}(${paths})(?=["#])`, "g");
   return html.replace(href, (_, path: string) => `href="${escapeHtml(root)}${path || "/"}`);
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 }
 
 /** Escapes text for HTML element content and double-quoted attribute values. */

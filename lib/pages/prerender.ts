@@ -18,7 +18,9 @@
  * @module
  */
 
+import { escapeRegExp } from "./escape.ts";
 import { escapeHtml } from "./layout.ts";
+import { sha256Hex } from "../text/sha256_hex.ts";
 
 /**
  * Where a placeholder's value goes in a template: HTML text (escaped), a heading's `id` (its slug)
@@ -157,8 +159,7 @@ const SOURCE_SEPARATOR = "\u0000";
  */
 export async function sourceDigest(sources: readonly string[]): Promise<string> {
   const bytes = new TextEncoder().encode(sources.join(SOURCE_SEPARATOR));
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return await sha256Hex(bytes);
 }
 
 /**
@@ -203,10 +204,6 @@ export function markdownTemplateOf(markdown: string): TemplatePart[] {
   }
   parts.push(markdown.slice(last));
   return parts.filter((part) => part !== "");
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 }
 
 /** Any sentinel's distinctive mark, to check that a template holds none outside its slots. */

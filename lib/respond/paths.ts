@@ -13,6 +13,7 @@ import { once } from "../once.ts";
 import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
+import { DEPRECATION_POLICY_PATH, PAGES } from "../pages/site_pages.ts";
 import type { BuiltRanks } from "../pages/tokens.ts";
 import {
   API_CATALOG_PATH,
@@ -56,7 +57,7 @@ export function discoveryFields(config: Config): HeaderField[] {
   const fields: HeaderField[] = [
     [
       "link",
-      `<${config.baseUrl}/developers/deprecation-policy>; rel="deprecation"; type="text/html"`,
+      `<${config.baseUrl}${DEPRECATION_POLICY_PATH}>; rel="deprecation"; type="text/html"`,
     ],
   ];
   if (config.deprecation && config.sunset) {
@@ -165,8 +166,6 @@ function buildPaths(
     pathAnswers([lazy(type, body, [NOT_NEGOTIATED])], shared);
   const asset = (type: string, body: string) =>
     pathAnswers([lazy(type, () => body, [NOT_NEGOTIATED], ASSET_CACHE_CONTROL)], shared);
-  const developers = page(content.developers, "developers.md");
-  const developersTwin = twin(content.developers);
   const openapi = text(TYPES.json, () => content.openapi);
   // RFC 9727 section 2: HEAD (and GET) of the catalog answer with a Link of relation api-catalog;
   // its other responses (304, 405, 429...) carry it too, as the path's fields.
@@ -177,14 +176,12 @@ function buildPaths(
   );
   return new Map<string, PathAnswers>([
     ["/api/v1/platform", platform],
-    ["/", page(content.home, "index.md")],
-    ["/index.html.md", twin(content.home)],
-    ["/developers", developers],
-    ["/developers.md", developersTwin],
-    ["/api", developers],
-    ["/api.md", developersTwin],
-    ["/developers/deprecation-policy", page(content.deprecationPolicy, "deprecation-policy.md")],
-    ["/developers/deprecation-policy.md", twin(content.deprecationPolicy)],
+    // Each page, then its twin, then each alias and its twin's alias: one answer set per page.
+    ...PAGES.flatMap((each): Array<[string, PathAnswers]> => {
+      const served = page(content[each.content], each.file);
+      const servedTwin = twin(content[each.content]);
+      return [each, ...each.aliases].flatMap((at) => [[at.path, served], [at.twin, servedTwin]]);
+    }),
     ["/openapi.json", openapi],
     ["/openapi", openapi],
     // llms.txt is Markdown served as text/plain (llmstxt.org): counted and signalled like it.

@@ -17,7 +17,12 @@
  * @module
  */
 
-import { type Decision, type RateLimitConstants, rateLimitFields } from "../limit/core/decision.ts";
+import {
+  type Decision,
+  type RateLimitConstants,
+  rateLimitFields,
+  rateLimitValue,
+} from "../limit/core/decision.ts";
 import type { HeaderField } from "../http/message.ts";
 
 /** A response without its rate-limit fields: status, body and the fields that never change. */
@@ -306,7 +311,7 @@ class BoundedResponseCache implements ResponseCache {
     const headers = response.headers;
     const remaining = String(decision.remaining);
     const reset = String(decision.resetSeconds);
-    headers.set("ratelimit", `"default";r=${remaining};t=${reset}`);
+    headers.set("ratelimit", rateLimitValue(remaining, reset));
     headers.set("ratelimit-remaining", remaining);
     if (decision.resetSeconds !== state.baseReset) headers.set("ratelimit-reset", reset);
     return response;

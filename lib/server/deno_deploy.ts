@@ -27,7 +27,7 @@ export const DEPLOY_STORE_TIMEOUT_MS = 1000;
  * exact decision makes every request wait 180 to 400 ms; local-first answers at once and syncs in
  * the background, at the cost of a bounded overshoot (see `lib/limit/local_first/local_first_store.ts`).
  */
-export const DEPLOY_CONSISTENCY = "local-first";
+const DEPLOY_CONSISTENCY = "local-first";
 
 /** The result of {@linkcode deployEnv}: the environment to configure from, or why it cannot be. */
 export interface DeployEnv {

@@ -9,6 +9,7 @@
 import { writeAll } from "../access_log.ts";
 import { formatConfigErrors, redactSecrets } from "../config.ts";
 import { otelConsoleMode, otelSignals } from "../telemetry/enabled.ts";
+import { namedMessageOf } from "../text/error_message.ts";
 
 const ENCODER = new TextEncoder();
 
@@ -44,9 +45,7 @@ export function event(
 /** An error's fields in an event: name, message and stack, secrets redacted. */
 export function errorFields(error: unknown): Record<string, unknown> {
   return {
-    error: redactSecrets(
-      error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-    ),
+    error: redactSecrets(namedMessageOf(error)),
     stack: error instanceof Error && error.stack ? redactSecrets(error.stack) : undefined,
   };
 }

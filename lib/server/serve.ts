@@ -1,277 +1,203 @@
 /**
- * Listening for `main.ts --listen` (`deno task start`, the compiled binary): a listener that survives
- * running out of file descriptors, and a drain that tells keep-alive clients to close before the
- * process stops.
- *
- * `Deno.serve` accepts connections in the runtime; when `accept` fails (EMFILE, "Too many open files"),
- * its `finished` promise rejects and its listener is gone, while the connections it already accepted
- * keep being served. {@linkcode serveResilient} then starts a new `Deno.serve` on the same address,
- * retrying with a growing delay until descriptors are free again, and reports one incident.
- *
- * On shutdown, hyper closes idle keep-alive connections at once, so a client that sends its next
- * request at that moment gets no answer. {@linkcode createDrain} marks the service as closing: every
- * response from then on carries `Connection: close`, so well-behaved clients stop reusing their
- * connections before the listener and the connections are closed. The drain does not depend on the
- * listener, so `deno serve` and Deno Deploy paths can use it as well.
+ * Serving the handler: on `HOSTNAME:PORT` with a drain and a graceful stop on SIGTERM and SIGINT
+ * when the process listens itself (`--listen`, Deno Deploy), or leaving the listener to the runtime
+ * (`deno serve`); and the warning where several processes count one caller apart.
  *
  * @module
  */
 
-/** The first delay before listening again after accepting failed, in ms. */
-export const RELISTEN_FIRST_DELAY_MS = 100;
-/** The longest delay between two attempts to listen again, in ms. */
-export const RELISTEN_MAX_DELAY_MS = 1000;
-/** How long a new listener must keep accepting before the incident is reported over, in ms. */
-export const RECOVERED_AFTER_MS = 1000;
-/** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
-export const DRAIN_MS = 1000;
-/**
- * The longest a shutdown may take before the process exits anyway, in ms: Deno Deploy kills an
- * instance 5 s after its SIGINT, and nothing the service serves takes longer than a store timeout.
- */
-export const STOP_DEADLINE_MS = 4000;
+import type { AccessLog } from "../access_log.ts";
+import type { Config } from "../config.ts";
+import type { Handler } from "../handler.ts";
+import type { RateLimitStore } from "../limit/core/decision.ts";
+import type { Telemetry } from "../telemetry/load.ts";
+import { event, fatalExplained } from "./events.ts";
+import {
+  addressOf,
+  createDrain,
+  DRAIN_MS,
+  type ResilientServer,
+  type ServeEvent,
+  serveResilient,
+  STOP_DEADLINE_MS,
+} from "./listener.ts";
 
-/** What {@linkcode createDrain} returns: a handler wrapper and the switch that starts closing. */
-export interface Drain {
-  /** Wraps `handler`: once {@linkcode Drain.close} was called, responses carry `Connection: close`. */
-  wrap<A extends Deno.Addr>(handler: Deno.ServeHandler<A>): Deno.ServeHandler<A>;
-  /** Starts closing: every response from now on asks the client to close its connection. */
-  close(): void;
-  /** Whether {@linkcode Drain.close} was called. */
-  readonly closing: boolean;
+/** What {@linkcode serve} serves with. */
+export interface ServeOptions {
+  config: Config;
+  onDeploy: boolean;
+  /** Whether this process listens itself; otherwise the runtime does (`deno serve`). */
+  listen: boolean;
+  /** Whether this is the main module of its worker (`deno serve` evaluates it as such). */
+  main: boolean;
+  store: RateLimitStore;
+  accessLog: AccessLog | undefined;
+  telemetry: Telemetry | undefined;
 }
 
 /**
- * Creates a drain: a flag that, once set, adds `Connection: close` to every response.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const drain = createDrain();
- * const handler = drain.wrap(() => new Response("ok"));
- * const info = { remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 } } as const;
- * drain.close();
- * const response = await handler(new Request("http://localhost/"), info as Deno.ServeHandlerInfo);
- * assert.equal(response.headers.get("connection"), "close");
- * ```
+ * Serves `fetch`, listening or not; `finished` never settles while listening (the process exits when
+ * stopped), and settles at once when the runtime owns the listener.
  */
-export function createDrain(): Drain {
-  let closing = false;
-  return {
-    wrap(handler) {
-      // Until shutdown, a response passes through as the handler made it (often synchronously): the
-      // drain costs one flag test per request, not a promise.
-      return (request, info) => {
-        const response = handler(request, info);
-        if (!closing) return response;
-        return response instanceof Promise ? response.then(closed) : closed(response);
-      };
-    },
-    close() {
-      closing = true;
-    },
-    get closing() {
-      return closing;
-    },
-  };
-}
-
-/** A fresh Response with `Connection: close`: the handler's may have immutable headers or be shared. */
-function closed(response: Response): Response {
-  const copy = new Response(response.body, response);
-  copy.headers.set("connection", "close");
-  return copy;
-}
-
-/**
- * An address as a URL-like string for the operational log: `http://host:port/`, `unix:<path>` or
- * `vsock:<cid>:<port>`.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * assert.equal(addressOf({ transport: "tcp", hostname: "::1", port: 8000 }), "http://[::1]:8000/");
- * assert.equal(addressOf({ transport: "unix", path: "/run/d.sock" }), "unix:/run/d.sock");
- * ```
- */
-export function addressOf(addr: Deno.Addr): string {
-  if ("path" in addr) return `unix:${addr.path}`;
-  if ("cid" in addr) return `vsock:${addr.cid}:${addr.port}`;
-  const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-  return `http://${host}:${addr.port}/`;
-}
-
-/** An event of a {@linkcode ResilientServer}, for the operational log. */
-export type ServeEvent =
-  | { kind: "listening"; addr: Deno.Addr }
-  | { kind: "accept_failed"; error: string }
-  | { kind: "recovered"; downMs: number; attempts: number };
-
-/** Options of {@linkcode serveResilient}. */
-export interface ResilientServeOptions {
-  /** Interface to listen on. */
-  hostname: string;
-  /** Port to listen on; 0 picks a free one, kept when listening again. */
-  port: number;
-  /**
-   * Lets another process listen on the same TCP port (`SO_REUSEPORT`, Linux; needs `--unstable-net`),
-   * so that a new instance can take over the port before this one stops.
-   */
-  reusePort?: boolean;
-  /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
-  onEvent?: (event: ServeEvent) => void;
-}
-
-/** A server started by {@linkcode serveResilient}. */
-export interface ResilientServer {
-  /** The address it listens on. */
-  readonly addr: Deno.Addr;
-  /** Settles when {@linkcode ResilientServer.shutdown} has finished; never rejects. */
-  readonly finished: Promise<void>;
-  /** Stops listening (for good), finishes requests in flight and closes every connection. */
-  shutdown(): Promise<void>;
-}
-
-/** Where a listener listens: TCP, or the unix socket or vsock port `DENO_SERVE_ADDRESS` may name. */
-type ListenAt =
-  | { hostname: string; port: number }
-  | { path: string }
-  | { cid: number; port: number };
-
-/**
- * Where to listen again: the first listener's own address. That is the one the runtime chose when
- * `DENO_SERVE_ADDRESS` overrode the options (as on Deno Deploy), and the runtime reads that variable
- * for the first `Deno.serve` only.
- */
-function listenAtOf(addr: Deno.Addr): ListenAt {
-  if ("path" in addr) return { path: addr.path };
-  if ("cid" in addr) return { cid: addr.cid, port: addr.port };
-  return { hostname: addr.hostname, port: addr.port };
-}
-
-/**
- * `Deno.serve`'s options for `where`; `reusePort` only when wanted, and for TCP only: the option is
- * unstable, and Deno exits when it is given without `--unstable-net`.
- */
-function serveOptions(where: ListenAt, reusePort = false): Deno.ServeOptions<Deno.Addr> {
-  const reuse = reusePort && "hostname" in where ? { reusePort: true } : {};
-  // Without the flag Deno prints its own line and exits 70; `Deno.listenDatagram` is defined only
-  // with it, so the start-up can say what to do instead, and exit 1.
-  if (reusePort && !("listenDatagram" in Deno)) {
-    throw new Deno.errors.NotSupported("REUSE_PORT=true needs Deno's --unstable-net flag");
-  }
-  return { ...where, ...reuse, onListen: () => {} };
-}
-
-/**
- * Serves `handler` on `hostname:port` (or where `DENO_SERVE_ADDRESS` says), listening again whenever
- * accepting fails.
- *
- * Throws when the first listener cannot be started (port taken, no permission); later failures are
- * retried until {@linkcode ResilientServer.shutdown}.
- */
-export function serveResilient(
-  handler: Deno.ServeHandler<Deno.Addr>,
-  options: ResilientServeOptions,
-): ResilientServer {
-  const servers = new Set<Deno.HttpServer<Deno.Addr>>();
-  const emit = options.onEvent ?? (() => {});
-  const incidents = createIncidents(emit);
-  let stopped = false;
-  let retry: ReturnType<typeof setTimeout> | undefined;
-
-  const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
-    const server = Deno.serve(serveOptions(where, options.reusePort), handler);
-    servers.add(server);
-    server.finished.then(
-      () => servers.delete(server),
-      (error) => failed(error),
-    );
-    return server;
-  };
-
-  const failed = (error: unknown) => {
-    // The listener is gone; the connections it accepted are still served and kept for shutdown.
-    incidents.cancelRecovery();
-    if (stopped) return;
-    incidents.failed(error);
-    schedule(RELISTEN_FIRST_DELAY_MS);
-  };
-
-  const schedule = (delayMs: number) => {
-    clearTimeout(retry);
-    retry = setTimeout(() => {
-      if (stopped) return;
-      incidents.attempt();
-      try {
-        listen(listenAtOf(addr));
-      } catch {
-        // Still no descriptor (or the port is briefly taken): wait longer.
-        schedule(Math.min(delayMs * 2, RELISTEN_MAX_DELAY_MS));
-        return;
-      }
-      incidents.listening();
-    }, delayMs);
-  };
-
-  const first = listen({ hostname: options.hostname, port: options.port });
-  const addr = first.addr;
-  emit({ kind: "listening", addr });
-  const { promise: finished, resolve: done } = Promise.withResolvers<void>();
-
-  return {
-    addr,
-    finished,
-    async shutdown() {
-      stopped = true;
-      clearTimeout(retry);
-      incidents.cancelRecovery();
-      await Promise.all(
-        [...servers].map((server) => server.shutdown().catch(() => {/* already failed */})),
-      );
-      done();
-    },
-  };
-}
-
-/**
- * The incidents of a listener: one begins at the first failure (reported once, however many
- * re-listens it takes) and ends, reported with its duration and attempts, once a new listener has
- * lasted {@linkcode RECOVERED_AFTER_MS}.
- */
-function createIncidents(emit: (event: ServeEvent) => void): {
-  failed(error: unknown): void;
-  attempt(): void;
-  listening(): void;
-  cancelRecovery(): void;
-} {
-  let incident: { since: number; attempts: number } | undefined;
-  let recovery: ReturnType<typeof setTimeout> | undefined;
-  return {
-    failed(error) {
-      if (incident !== undefined) return;
-      incident = { since: Date.now(), attempts: 0 };
-      emit({
-        kind: "accept_failed",
-        error: error instanceof Error ? error.message : String(error),
+export async function serve(
+  fetch: Handler,
+  options: ServeOptions,
+): Promise<{ finished: Promise<void> }> {
+  const { config, listen } = options;
+  // The memory store counts for this process alone: say so at start where the service can tell that
+  // other processes or isolates share its callers' traffic (shared_traffic.ts), once it listens (or,
+  // under `deno serve`, which evaluates main.ts as the main module in every worker of --parallel,
+  // once the workers have found each other).
+  const sharedTraffic = config.rateLimitStore === "memory" &&
+      (options.onDeploy || (listen && config.reusePort) || !listen)
+    ? await import("./shared_traffic.ts")
+    : undefined;
+  if (!listen) {
+    if (sharedTraffic && options.main) {
+      void sharedTraffic.watchServeWorkers({
+        onSeveral: (workers) =>
+          event("warn", sharedTraffic.parallelWorkersWarning(workers), { workers }),
       });
-    },
-    attempt() {
-      incident!.attempts++;
-    },
-    listening() {
-      recovery = setTimeout(() => {
-        if (incident === undefined) return;
-        emit({
-          kind: "recovered",
-          downMs: Date.now() - incident.since,
-          attempts: incident.attempts,
-        });
-        incident = undefined;
-      }, RECOVERED_AFTER_MS);
-    },
-    cancelRecovery() {
-      clearTimeout(recovery);
-    },
+    }
+    // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight, then
+    // unloads the module. Exiting at the signal would cut them short; the lines they log are
+    // written at unload instead.
+    globalThis.addEventListener("unload", () => options.accessLog?.flush());
+    if (options.main) runtimeStopEvents();
+    return { finished: Promise.resolve() };
+  }
+  const warning = sharedTraffic?.sharedTrafficWarning({
+    store: config.rateLimitStore,
+    reusePort: config.reusePort,
+    onDenoDeploy: options.onDeploy,
+  });
+  const drain = createDrain();
+  let server: ResilientServer;
+  try {
+    server = serveResilient(drain.wrap(fetch), {
+      hostname: config.hostname,
+      port: config.port,
+      reusePort: config.reusePort,
+      onEvent: serveEventLogger(options, warning),
+    });
+  } catch (error) {
+    server = await fatalExplained((startup) => startup.explainListenError(error, config));
+  }
+  const stopping = stop(server, () => drain.close(), options);
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => void stopping(signal));
+  }
+  // Never settles: the stop exits the process. Were it `server.finished`, main.ts's evaluation would
+  // end while the store closes (Redis takes a round trip), and Deno then prints its non-JSON warning
+  // about a default `fetch` export run with `deno run` (runtime/js/99_main.js, the main module
+  // handler, which runs when the main module's evaluation completes).
+  return { finished: new Promise<void>(() => {}) };
+}
+
+/**
+ * The events of a process whose listener the runtime owns (`deno serve`, `--parallel` too): as
+ * `onListen` of the default export, which the runtime calls in its main worker in place of its own
+ * non-JSON "Listening on" line (ext/http/00_serve.ts, `registerDeclarativeServer`), the JSON
+ * "listening" event with the address, and a warning when `PORT` or `HOSTNAME` names another one
+ * (they are `--listen`'s; `deno serve` takes `--port` and `--host`).
+ */
+export function runtimeListening(
+  config: Pick<Config, "baseUrl">,
+  env: (name: string) => string | undefined,
+): (addr: Deno.Addr) => void {
+  return (addr) => {
+    event("info", "listening", { address: addressOf(addr), baseUrl: config.baseUrl });
+    if (addr.transport !== "tcp") return;
+    const port = env("PORT")?.trim();
+    if (port && port !== "0" && Number(port) !== addr.port) {
+      event(
+        "warn",
+        `PORT=${
+          Number(port)
+        } is not the port deno serve listens on (${addr.port}): PORT and HOSTNAME apply to --listen; give deno serve --port (deno task start:parallel passes PORT as --port)`,
+        { port: addr.port },
+      );
+    }
+  };
+}
+
+/** Under `deno serve`, the main worker's "shutting down" at the signal and "stopped" at unload. */
+function runtimeStopEvents(): void {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    try {
+      Deno.addSignalListener(signal, () => {
+        event("info", "shutting down: finishing requests in flight", { signal });
+      });
+    } catch {
+      // No signal support here: the runtime stops as it will.
+    }
+  }
+  globalThis.addEventListener("unload", () => event("info", "stopped"));
+}
+
+/**
+ * The stop of `server` at a signal (once): answer with `Connection: close` for a moment (`drain`),
+ * so that busy keep-alive clients stop reusing their connection before it is closed under them;
+ * shut down; flush the access log; close the store; exit. A stop past its deadline exits anyway.
+ */
+function stop(
+  server: ResilientServer,
+  drain: () => void,
+  options: Pick<ServeOptions, "store" | "accessLog">,
+): (signal: Deno.Signal) => Promise<void> {
+  let stopping = false;
+  return async (signal) => {
+    if (stopping) return;
+    stopping = true;
+    event("info", "shutting down: finishing requests in flight", { signal });
+    const deadline = setTimeout(() => {
+      options.accessLog?.flush();
+      event("warn", "shutdown overran its deadline: exiting with connections still open", {
+        deadlineMs: STOP_DEADLINE_MS,
+      });
+      Deno.exit(0);
+    }, STOP_DEADLINE_MS);
+    drain();
+    await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
+    await server.shutdown();
+    options.accessLog?.flush();
+    await options.store.close();
+    clearTimeout(deadline);
+    event("info", "stopped");
+    // Exit here rather than finish evaluating main.ts (see `serve`).
+    Deno.exit(0);
+  };
+}
+
+/**
+ * Writes the listener's events: where it listens (after `warning`, once, before the first
+ * "listening": a listener that could not start says only why), and each accept incident once.
+ */
+function serveEventLogger(
+  options: Pick<ServeOptions, "config" | "telemetry">,
+  warning: string | undefined,
+): (serveEvent: ServeEvent) => void {
+  let warned = false;
+  return (serveEvent) => {
+    options.telemetry?.listenerEvent(serveEvent);
+    if (serveEvent.kind === "listening") {
+      if (warning !== undefined && !warned) event("warn", warning);
+      warned = true;
+      event("info", "listening", {
+        address: addressOf(serveEvent.addr),
+        baseUrl: options.config.baseUrl,
+      });
+    } else if (serveEvent.kind === "accept_failed") {
+      event(
+        "warn",
+        "accepting connections failed: serving the open ones and listening again when possible",
+        { error: serveEvent.error },
+      );
+    } else {
+      event("info", "accepting connections again", {
+        downMs: serveEvent.downMs,
+        attempts: serveEvent.attempts,
+      });
+    }
   };
 }

@@ -58,7 +58,7 @@ export function parallelWorkersWarning(workers: number): string {
 }
 
 /** The channel the workers of one `deno serve --parallel` process find each other on. */
-export const WORKERS_CHANNEL = "discovery:serve-workers";
+const WORKERS_CHANNEL = "discovery:serve-workers";
 
 /** How long a worker listens for the others after it started. */
 export const WORKERS_WAIT_MS = 1000;

@@ -6,16 +6,14 @@
  * @module
  */
 
+import { messageOf, namedMessageOf } from "../text/error_message.ts";
+
 /** Where the service was asked to listen. */
 export interface ListenTarget {
   /** `HOSTNAME`. */
   hostname: string;
   /** `PORT`. */
   port: number;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /**
@@ -64,7 +62,7 @@ function isFile(path: string): boolean {
  * The one folder the compiled binary may read and write (deno.json's `compile` task, the state folder
  * of deploy/discovery@.service): its KV file must be there.
  */
-export const COMPILED_STATE_DIR = "/var/lib/discovery";
+const COMPILED_STATE_DIR = "/var/lib/discovery";
 
 /**
  * Explains why the Deno KV database at `KV_PATH` could not be opened.
@@ -148,6 +146,5 @@ export function explainStartupError(error: unknown): string {
   if (error instanceof Deno.errors.NotCapable && /env access/.test(messageOf(error))) {
     return "Cannot read the configuration: this process may not read environment variables, so grant --allow-env (deno task start does); nothing is served.";
   }
-  const name = error instanceof Error ? `${error.name}: ` : "";
-  return `Cannot start: ${name}${messageOf(error)}; nothing is served.`;
+  return `Cannot start: ${namedMessageOf(error)}; nothing is served.`;
 }

@@ -81,7 +81,7 @@ export function builtRanks(): Promise<Uint8Array | boolean> {
  * Whether this process may read `url` without asking (importing a module it may not read would
  * prompt on a terminal). A compiled binary reads its own files and modules without a grant.
  */
-export function mayRead(url: URL): boolean {
+function mayRead(url: URL): boolean {
   return Deno.build.standalone ||
     Deno.permissions.querySync({ name: "read", path: url }).state === "granted";
 }

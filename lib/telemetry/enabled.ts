@@ -46,7 +46,7 @@ export function otelSignals(): OtelSignals | undefined {
 }
 
 /** Deno's default bound on one OTLP export, in ms (ext/telemetry/lib.rs). */
-export const DEFAULT_OTLP_TIMEOUT_MS = 10_000;
+const DEFAULT_OTLP_TIMEOUT_MS = 10_000;
 
 /**
  * The longest the exit may wait for the last exports, in ms: at exit Deno shuts its span, log and

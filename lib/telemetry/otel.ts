@@ -36,10 +36,10 @@ import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
-export const SCOPE = "public-discovery-api";
+const SCOPE = "public-discovery-api";
 
 /** The `http.route` of every path the service does not serve (one value, so one series). */
-export const UNKNOWN_ROUTE = "/*";
+const UNKNOWN_ROUTE = "/*";
 
 /** How a rate-limit decision came about (`ratelimit.outcome`). */
 export type DecisionOutcome =

@@ -7,7 +7,7 @@
  *   there). Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
  *   the problems are logged, one message, once per isolate (`wrangler tail`, Workers Logs): a
  *   Worker cannot refuse to start, and a 500 is what a monitor notices.
- * - Content: the static files' texts, given by the build (`build.ts` embeds `static/`): no file
+ * - Content: the static files' texts, given by the build (`lib/build/worker.ts` embeds `static/`): no file
  *   system.
  * - Caller: `CF-Connecting-IP`, which Cloudflare's edge sets, replacing any a client sent; locally
  *   (`deno task worker`, miniflare) a client's is passed on as sent, else it is the loopback peer.
@@ -25,6 +25,7 @@
 import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import { parseIp } from "../http/address.ts";
+import { namedMessageOf } from "../text/error_message.ts";
 import type { PeerInfo } from "../limit/caller/caller_key.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import { MemoryStore } from "../limit/memory/memory_store.ts";
@@ -140,7 +141,7 @@ function fileOf(files: Readonly<Record<string, string>>, path: string): string {
 
 /** An error's name and message, secrets redacted: never its stack in a log line. */
 function describe(error: unknown): string {
-  return redactSecrets(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+  return redactSecrets(namedMessageOf(error));
 }
 
 /** The answer of an isolate whose configuration is invalid: 500, the Error shape, no detail. */

@@ -12,7 +12,7 @@ import denoJson from "../../deno.json" with { type: "json" };
 interface StartTask {
   /** The flags between `deno run` and the entry. */
   flags: string[];
-  /** The entry module, or the command in `$(...)` that prints it (`lib/server/entry.ts`). */
+  /** The entry module, or the command in `$(...)` that prints it (`lib/build/entry.ts`). */
   entry: { module: string } | { picker: string[] };
   /** The words after the entry (`--listen`). */
   args: string[];
@@ -56,7 +56,7 @@ const picked = new Map<string, string>();
 
 /**
  * The entry module `deno task start` runs, relative to the project's root: the one its picker
- * (`lib/server/entry.ts`) prints, run in the project's folder once per process (it builds the bundle
+ * (`lib/build/entry.ts`) prints, run in the project's folder once per process (it builds the bundle
  * when it is stale: a benchmark that starts several services must not rebuild under the running
  * ones), or the module the task names.
  *

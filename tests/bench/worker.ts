@@ -24,8 +24,8 @@
 import { parseArgs } from "node:util";
 import { Miniflare } from "npm:miniflare@4.20260730.0";
 import { compressBytes } from "../../lib/http/representation.ts";
-import { buildWorker } from "../../lib/workers/build.ts";
-import { serveWorker } from "../../lib/workers/dev.ts";
+import { buildWorker } from "../../lib/build/worker.ts";
+import { serveWorker } from "../../lib/build/worker_dev.ts";
 import { ROOT } from "../_deno_info.ts";
 import { freePort } from "./_proc.ts";
 import { startTaskArgs } from "./_start_task.ts";

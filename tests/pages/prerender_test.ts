@@ -30,7 +30,7 @@ import {
   type Prerendered,
   SENTINELS,
 } from "../../lib/pages/prerender.ts";
-import { OUTPUT, prerenderedJson } from "../../lib/pages/render_pages.ts";
+import { OUTPUT, prerenderedJson } from "../../lib/build/render_pages.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";
 
 /** The shipped static files, by name. */

@@ -16,7 +16,7 @@ import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { policyOf } from "../../lib/limit/core/decision.ts";
 import { countTokens } from "../../lib/pages/tokens.ts";
 import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
-import { o200kFile, o200kModule, o200kPacked } from "../../lib/pages/tokens/build.ts";
+import { o200kFile, o200kModule, o200kPacked } from "../../lib/build/tokens.ts";
 import { bytesOf } from "../../lib/pages/tokens/module.ts";
 import {
   checkRanks,

@@ -24,7 +24,7 @@ import {
   startRedis,
   waitForPort,
 } from "../_redis.ts";
-import { STOP_DEADLINE_MS } from "../../lib/server/serve.ts";
+import { STOP_DEADLINE_MS } from "../../lib/server/listener.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 

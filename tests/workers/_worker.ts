@@ -7,8 +7,8 @@
  * @module
  */
 
-import { buildWorker, type BuiltWorker } from "../../lib/workers/build.ts";
-import { type ServedWorker, serveWorker } from "../../lib/workers/dev.ts";
+import { buildWorker, type BuiltWorker } from "../../lib/build/worker.ts";
+import { type ServedWorker, serveWorker } from "../../lib/build/worker_dev.ts";
 import { ROOT } from "../_deno_info.ts";
 
 let built: Promise<BuiltWorker> | undefined;

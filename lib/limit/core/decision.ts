@@ -158,6 +158,20 @@ export function rateLimitConstants(policy: RateLimitPolicy): RateLimitConstants 
 }
 
 /**
+ * The `RateLimit` field's value for `remaining` requests left and `reset` seconds to the window's
+ * end (draft-ietf-httpapi-ratelimit-headers): the one policy, named `default`.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(rateLimitValue("59", "60"), '"default";r=59;t=60');
+ * ```
+ */
+export function rateLimitValue(remaining: string, reset: string): string {
+  return `"default";r=${remaining};t=${reset}`;
+}
+
+/**
  * The five rate-limit fields of `decision` (and `Retry-After` when it was refused), in the order they
  * are sent.
  */
@@ -169,7 +183,7 @@ export function rateLimitFields(
   const reset = String(decision.resetSeconds);
   const fields: Array<readonly [string, string]> = [
     ["ratelimit-policy", constants.policy],
-    ["ratelimit", `"default";r=${remaining};t=${reset}`],
+    ["ratelimit", rateLimitValue(remaining, reset)],
     ["ratelimit-limit", constants.limit],
     ["ratelimit-remaining", remaining],
     ["ratelimit-reset", reset],

@@ -32,6 +32,7 @@ import {
   type RateLimitStore,
 } from "../core/decision.ts";
 import { raceTimer } from "../../timer.ts";
+import { namedMessageOf } from "../../text/error_message.ts";
 
 /** How late a timeout's timer may fire before the loop counts as busy, in ms. */
 export const LOOP_LAG_TOLERANCE_MS = 10;
@@ -282,7 +283,7 @@ export class GuardedStore implements RateLimitStore {
     this.#onIncident?.({
       kind: "unavailable",
       policy: this.#policy,
-      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      error: namedMessageOf(error),
     });
   }
 

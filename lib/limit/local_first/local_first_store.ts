@@ -41,6 +41,7 @@
 import type { Decision, RateLimitPolicy, RateLimitStore } from "../core/decision.ts";
 import { decodeHits, HitWriter } from "./hit_codec.ts";
 import type { HitLog, LogBatch } from "../core/hit_log.ts";
+import { namedMessageOf } from "../../text/error_message.ts";
 import { MemoryStore, type MemoryStoreMemory } from "../memory/memory_store.ts";
 import { type ClockVerdict, PeerClocks } from "../clock/peer_clocks.ts";
 import { raceTimer, unref } from "../../timer.ts";
@@ -659,7 +660,7 @@ export class LocalFirstStore implements RateLimitStore {
     this.#down = { since: now, failed: 1 };
     this.#options.onIncident?.({
       kind: "unsynced",
-      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      error: namedMessageOf(error),
     });
   }
 

@@ -1,6 +1,6 @@
 /**
  * The mergeable ranks of a byte-pair encoding (`o200k_base`), packed into typed arrays held outside
- * the JavaScript heap, in two forms the build writes (`build.ts`).
+ * the JavaScript heap, in two forms the build writes (`lib/build/tokens.ts`).
  *
  * `gpt-tokenizer` keeps its ranks as a `Map` of 200,000 strings (about 38 MiB of heap that every
  * garbage collection walks). The count needs less: for a byte sequence, whether it is a token and

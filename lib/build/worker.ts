@@ -26,7 +26,7 @@ export const WORKER_MODULE = `${WORKER_DIR}/worker.js`;
 /** The entry module: the static files' texts and the Worker's exports. */
 function entrySource(files: Record<string, string>): string {
   return [
-    "// Written by lib/workers/build.ts: the Worker's entry, static/ embedded. Not committed.",
+    "// Written by lib/build/worker.ts: the Worker's entry, static/ embedded. Not committed.",
     'import { createWorker } from "../../lib/workers/worker.ts";',
     'export { RateLimiterObject } from "../../lib/workers/rate_limiter_object.ts";',
     `export default createWorker(${JSON.stringify(files)});`,

@@ -12,18 +12,18 @@
 
 import bpe from "gpt-tokenizer/bpeRanks/o200k_base";
 import { O200K_TOKEN_SPLIT_REGEX } from "gpt-tokenizer/encodingParams/constants";
-import { checkRanks, indexedForm, indexRanks, packRanks } from "./ranks.ts";
-import { ranksModule } from "./module.ts";
+import { checkRanks, indexedForm, indexRanks, packRanks } from "../pages/tokens/ranks.ts";
+import { ranksModule } from "../pages/tokens/module.ts";
 
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
-export const MODULE_OUTPUT = new URL("../../../dist/tokens/o200k_ranks.js", import.meta.url);
+const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
 /**
  * Where the indexed form is written: beside `lib/server/token_ranks.ts`, which reads it from its
  * own folder, for the sources (and the compiled binary, which embeds it) and in `dist/app/` for the bundle.
  */
-export const FILE_OUTPUTS: readonly URL[] = [
-  new URL("../../server/o200k_ranks.bin", import.meta.url),
-  new URL("../../../dist/app/o200k_ranks.bin", import.meta.url),
+const FILE_OUTPUTS: readonly URL[] = [
+  new URL("../server/o200k_ranks.bin", import.meta.url),
+  new URL("../../dist/app/o200k_ranks.bin", import.meta.url),
 ];
 
 /**

@@ -8,25 +8,28 @@
  * file system) still starts: from the bundle that `deno task build` wrote at install time, or from
  * the sources. Freshness is judged by content: `deno task build` writes the SHA-256 of its inputs
  * (`main.ts`, `deno.json`, `deno.lock`, every file under `lib/`) beside the bundle
- * (`lib/server/entry.ts --stamp`), and the bundle runs only when the inputs still have that digest.
+ * (`lib/build/entry.ts --stamp`), and the bundle runs only when the inputs still have that digest.
  * Modification times would run a stale bundle after a `lib/` file is restored with an older time
  * (`rsync -a`, `tar`, `cp -p`): the service would not run what was reviewed.
  *
- * Run by the task as `deno run --allow-read=. --allow-run lib/server/entry.ts` from the project's
+ * Run by the task as `deno run --allow-read=. --allow-run lib/build/entry.ts` from the project's
  * folder.
  *
  * @module
  */
 
+import { messageOf } from "../text/error_message.ts";
+import { sha256Hex } from "../text/sha256_hex.ts";
+
 /** The bundle that `deno task build` writes, relative to the project's folder. */
 export const BUNDLE = "dist/app/main.js";
 /** The source entry point, run when the bundle is stale and cannot be built. */
-export const SOURCE = "main.ts";
+const SOURCE = "main.ts";
 /**
  * What the bundle is built from: files and folders to walk (every file under `lib/`), and the lock
  * that pins the npm packages it imports.
  */
-export const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "deno.lock", "lib"];
+const BUILD_INPUTS: readonly string[] = ["main.ts", "deno.json", "deno.lock", "lib"];
 
 /** What {@linkcode pickEntry} decided: the module to run, and a warning when it is not the bundle. */
 export interface Picked {
@@ -43,7 +46,7 @@ export interface PickOptions {
 }
 
 /** The digest of the build inputs the bundle was built from, written beside it by `deno task build`. */
-export const STAMP = "dist/app/inputs.sha256";
+const STAMP = "dist/app/inputs.sha256";
 
 /** The files under `paths` (relative to `root`), walking folders, sorted: what is digested. */
 function inputFiles(root: string, paths: readonly string[]): string[] {
@@ -95,8 +98,7 @@ export async function inputsDigest(root: string): Promise<string> {
     bytes.set(part, offset);
     offset += part.length;
   }
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return await sha256Hex(bytes);
 }
 
 /** Writes {@linkcode STAMP}: the digest of the inputs the bundle in `root` was just built from. */
@@ -169,7 +171,7 @@ async function build(root: string): Promise<string | undefined> {
     const said = new TextDecoder().decode(stderr);
     return said.split("\n").find((line) => line.trim() !== "")?.trim() ?? "it failed silently";
   } catch (error) {
-    return error instanceof Error ? error.message : String(error);
+    return messageOf(error);
   }
 }
 

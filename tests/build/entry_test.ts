@@ -1,5 +1,5 @@
 /**
- * Tests of the entry picker of `deno task start` (lib/server/entry.ts) on real files in a temporary
+ * Tests of the entry picker of `deno task start` (lib/build/entry.ts) on real files in a temporary
  * folder: the bundle when it was built from the sources as they are (their digest), built when
  * stale, the sources with a warning when it cannot be built.
  *
@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { BUNDLE, bundleIsFresh, pickEntry, stampBundle } from "../../lib/server/entry.ts";
+import { BUNDLE, bundleIsFresh, pickEntry, stampBundle } from "../../lib/build/entry.ts";
 
 /** A checkout with main.ts and lib/server/a.ts, and a bundle stamped from them when `built`. */
 async function checkout(built: boolean): Promise<string> {

@@ -1,5 +1,5 @@
 /**
- * `deno task worker`: builds the Worker (`build.ts`) and serves it on real workerd, through
+ * `deno task worker`: builds the Worker (`worker.ts`) and serves it on real workerd, through
  * miniflare from npm, at `http://127.0.0.1:$PORT` (default 8787), with the Durable Object bound as
  * `wrangler.json` binds it and its storage kept in `dist/worker/state/` across restarts.
  *
@@ -17,7 +17,7 @@
 
 import { Miniflare } from "npm:miniflare@4.20260730.0";
 import { ENV_NAMES } from "../config.ts";
-import { buildWorker, WORKER_DIR, WORKER_MODULE } from "./build.ts";
+import { buildWorker, WORKER_DIR, WORKER_MODULE } from "./worker.ts";
 
 /** The parts of wrangler.json this reads. */
 interface WranglerConfig {

@@ -9,8 +9,14 @@
  * @module
  */
 
-import { apiReferenceOf, filledPages, PAGE_FILES, pageSources, STATIC_FILES } from "./content.ts";
-import { markdownRenderer } from "./markdown.ts";
+import {
+  apiReferenceOf,
+  filledPages,
+  PAGE_FILES,
+  pageSources,
+  STATIC_FILES,
+} from "../pages/content.ts";
+import { markdownRenderer } from "../pages/markdown.ts";
 import {
   markdownTemplateOf,
   type Prerendered,
@@ -20,10 +26,10 @@ import {
   sourceDigest,
   templateOf,
   type TemplatePart,
-} from "./prerender.ts";
+} from "../pages/prerender.ts";
 
 /** Where the service finds the templates (beside the module that imports them). */
-export const OUTPUT = new URL("./prerendered.json", import.meta.url);
+export const OUTPUT = new URL("../pages/prerendered.json", import.meta.url);
 
 /** The folder of the shipped pages. */
 const STATIC = new URL("../../static/", import.meta.url);

@@ -1,5 +1,5 @@
 /**
- * Tests of lib/server/serve.ts: the drain's `Connection: close`, and, on the real service process, surviving
+ * Tests of lib/server/listener.ts: the drain's `Connection: close`, and, on the real service process, surviving
  * a flood of idle connections under a low descriptor limit and a SIGTERM under keep-alive load that
  * loses no request.
  *
@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createDrain } from "../../lib/server/serve.ts";
+import { createDrain } from "../../lib/server/listener.ts";
 import { exchange, getHead } from "../_keep_alive_load.ts";
 import { startService } from "../_service_process.ts";
 
