@@ -238,6 +238,23 @@ export async function request(url: string, ip: string): Promise<Outcome> {
   };
 }
 
+/** Sends `count` requests as `ip` to `url`, one after the other. */
+export async function sequential(url: string, count: number, ip: string): Promise<Outcome[]> {
+  const outcomes: Outcome[] = [];
+  for (let i = 0; i < count; i++) outcomes.push(await request(url, ip));
+  return outcomes;
+}
+
+/** How many of `outcomes` were admitted (200). */
+export function admitted(outcomes: readonly Outcome[]): number {
+  return outcomes.filter((o) => o.status === 200).length;
+}
+
+/** `t=` of a `RateLimit` field: seconds until the caller's oldest counted request leaves. */
+export function resetOf(outcome: Outcome): number {
+  return Number(/;t=(\d+)/.exec(outcome.rateLimit ?? "")?.[1]);
+}
+
 /** Sends `count` concurrent requests as `ip`, spread round-robin over `urls`. */
 export function burst(urls: readonly string[], count: number, ip: string): Promise<Outcome[]> {
   return Promise.all(

@@ -15,6 +15,7 @@ import {
   LIBFAKETIME,
   type Outcome,
   request,
+  resetOf,
   type ServiceProcess,
   startService,
 } from "./_service_process.ts";
@@ -30,9 +31,6 @@ const LATE_S = WINDOW_S + 4;
 
 const skip = faketimeUnavailableReason();
 const noRedis = redisUnavailableReason();
-
-/** `t=` of a `RateLimit` field. */
-const resetOf = (outcome: Outcome) => Number(/;t=(\d+)/.exec(outcome.rateLimit ?? "")?.[1]);
 
 /** The wall clock the service reads, from its `Date` header (s). */
 async function serviceWallS(url: string): Promise<number> {

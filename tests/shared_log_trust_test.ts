@@ -13,9 +13,10 @@ import { createClient } from "@redis/client";
 import { HitWriter } from "../lib/limit/local_first/hit_codec.ts";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
+  admitted,
   faketimeUnavailableReason,
-  type Outcome,
-  request,
+  resetOf,
+  sequential,
   type ServiceProcess,
   startService,
 } from "./_service_process.ts";
@@ -37,18 +38,6 @@ const base = {
   // Generous: on a busy test machine a slow answer must not be mistaken for an outage.
   RATE_LIMIT_STORE_TIMEOUT_MS: "5000",
 };
-
-/** Sends `count` requests as `ip` to `url`, one after the other. */
-async function sequential(url: string, count: number, ip: string): Promise<Outcome[]> {
-  const outcomes: Outcome[] = [];
-  for (let i = 0; i < count; i++) outcomes.push(await request(url, ip));
-  return outcomes;
-}
-
-const admitted = (outcomes: readonly Outcome[]) => outcomes.filter((o) => o.status === 200).length;
-
-/** `t=` of a `RateLimit` field: seconds until the caller's oldest counted request leaves. */
-const resetOf = (outcome: Outcome) => Number(/;t=(\d+)/.exec(outcome.rateLimit ?? "")?.[1]);
 
 /** Polls `check` every 50 ms until it holds, at most `timeoutMs`. */
 async function until(check: () => boolean, what: string, timeoutMs = 15_000): Promise<void> {

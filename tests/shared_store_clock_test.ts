@@ -13,9 +13,11 @@
 import assert from "node:assert/strict";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
+  admitted,
   faketimeUnavailableReason,
-  type Outcome,
   request,
+  resetOf,
+  sequential,
   type ServiceProcess,
   startService,
 } from "./_service_process.ts";
@@ -28,18 +30,6 @@ const LATER_MS = 31_000;
 const skip = redisUnavailableReason() ?? faketimeUnavailableReason();
 
 type Mode = "exact" | "local-first";
-
-/** Sends `count` requests as `ip` to `url`, one after the other. */
-async function sequential(url: string, count: number, ip: string): Promise<Outcome[]> {
-  const outcomes: Outcome[] = [];
-  for (let i = 0; i < count; i++) outcomes.push(await request(url, ip));
-  return outcomes;
-}
-
-const admitted = (outcomes: readonly Outcome[]) => outcomes.filter((o) => o.status === 200).length;
-
-/** `t=` of a `RateLimit` field. */
-const resetOf = (outcome: Outcome) => Number(/;t=(\d+)/.exec(outcome.rateLimit ?? "")?.[1]);
 
 /** The warning events about this instance's clock. */
 const clockWarnings = (service: ServiceProcess) =>
