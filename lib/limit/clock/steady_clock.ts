@@ -63,7 +63,13 @@ export class SteadyClock {
     this.#base = this.#wall() - this.#last;
   }
 
-  /** The time now, ms since the epoch: never moved by a step of the wall clock within `maxSlewMs`. */
+  /**
+   * The time now, whole ms since the epoch as `Date.now()` reads it: never moved by a step of the
+   * wall clock within `maxSlewMs`. Whole, since `performance.now()` has fractions: the requests of
+   * one millisecond share one entry of a caller's log (`memory/run_length_log.ts`), where a
+   * fraction gave each its own (a hot caller's log grew to a cell per request, and the garbage of
+   * trimming it doubled what the heap promoted per request).
+   */
   readonly now = (): number => {
     const mono = this.#monotonic();
     if (this.#rate > 0) {
@@ -77,7 +83,7 @@ export class SteadyClock {
       }
       this.#last = mono;
     }
-    return this.#base + mono;
+    return Math.floor(this.#base + mono);
   };
 }
 

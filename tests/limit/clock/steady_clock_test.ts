@@ -29,6 +29,24 @@ Deno.test("without slewing, the clock is the wall clock at start run by the mono
   assert.equal(clock.now(), T0 + 1500 + 86_400_000, "never follows the wall clock");
 });
 
+Deno.test("readings are whole milliseconds, as Date.now() reads, never going back, from a monotonic clock with fractions", () => {
+  for (const slewRate of [0, KV_SLEW_RATE]) {
+    const t = clocks(500.375);
+    const clock = new SteadyClock({ wall: t.wall, monotonic: t.monotonic, slewRate });
+    const readings = [clock.now()];
+    for (let i = 0; i < 40; i++) {
+      t.pass(0.125);
+      if (i === 20) t.step(-5);
+      readings.push(clock.now());
+    }
+    assert.ok(readings.every(Number.isInteger), `slewRate ${slewRate}: ${readings}`);
+    assert.ok(readings.every((r, i) => i === 0 || r >= readings[i - 1]!), `${readings}`);
+    // 5 ms passed, read in whole milliseconds (slewing toward the stepped wall clock took back a
+    // fraction of one).
+    assert.equal(readings.at(-1)! - readings[0]!, slewRate === 0 ? 5 : 4);
+  }
+});
+
 Deno.test("slewing, the clock follows a step at the rate given, never faster, never backwards", () => {
   for (const step of [30_000, -30_000]) {
     const t = clocks(500);
