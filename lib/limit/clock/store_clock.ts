@@ -110,9 +110,13 @@ export class StoreClock {
     if (this.#read !== undefined && (options.autoSample ?? true)) this.#schedule(0);
   }
 
-  /** The store's time now, ms since the epoch (the wall clock until a first sample). */
+  /**
+   * The store's time now, whole ms since the epoch (the wall clock until a first sample): whole, as
+   * `steady_clock.ts`'s readings are, so that the requests of one millisecond share one entry of a
+   * caller's log.
+   */
   now(): number {
-    return this.#base === undefined ? this.#wall() : this.#base + this.#monotonic();
+    return this.#base === undefined ? this.#wall() : Math.floor(this.#base + this.#monotonic());
   }
 
   /**

@@ -60,6 +60,31 @@ Deno.test("a sample reads the server's time at the round trip's midpoint, and th
   assert.equal(clock.now(), before + 1000, "time passes by the monotonic clock");
 });
 
+Deno.test("after a sample, readings are whole milliseconds, as the wall clock's are, from a monotonic clock with fractions", async () => {
+  const t = clocks(1000.375);
+  const clock = new StoreClock({
+    wall: t.wall,
+    monotonic: t.monotonic,
+    autoSample: false,
+    read: () => {
+      t.pass(0.25);
+      return Promise.resolve(t.c.wall + 5000);
+    },
+  });
+  await clock.sample();
+  const readings = [clock.now()];
+  for (let i = 0; i < 8; i++) {
+    t.pass(0.25);
+    readings.push(clock.now());
+  }
+  // Read at the round trip's midpoint: the store's time is 5000.375 ms ahead of T0 at the first
+  // reading, then 0.25 ms more at each.
+  assert.deepEqual(
+    readings.map((r) => r - T0),
+    [5000, 5000, 5000, 5001, 5001, 5001, 5001, 5002, 5002],
+  );
+});
+
 Deno.test("the filter keeps the shortest round trip of the last samples, and drops slow ones", () => {
   const t = clocks();
   const clock = new StoreClock({ wall: t.wall, monotonic: t.monotonic, samples: 3 });
