@@ -1,19 +1,34 @@
 /**
  * The build step of the token counts (`deno task build:tokens`, run by `deno task build` and
  * `deno task compile` before they bundle): packs `gpt-tokenizer`'s `o200k_base` ranks
- * (`ranks.ts`) with its split pattern, and writes them: indexed, to `o200k_ranks.bin` in
- * `lib/server/` and in `dist/app/`, beside the bundle, which Deno reads
- * (`lib/server/token_ranks.ts`); packed, as the module `dist/tokens/o200k_ranks.js` (`module.ts`), which `lib/pages/tokens.ts` imports with a
+ * (`ranks.ts`) with its split pattern and the counts of the chunks of the default Markdown bodies
+ * (`o200kKnown()`), and writes them: indexed, to `o200k_ranks.bin` in `lib/server/` and in
+ * `dist/app/`, beside the bundle, which Deno reads (`lib/server/token_ranks.ts`); packed, as the
+ * module `dist/tokens/o200k_ranks.js` (`module.ts`), which `lib/pages/tokens.ts` imports with a
  * literal specifier, so that any bundler (a Worker's) carries it. Generated, never committed
- * (`.gitignore`): they are the package's data in another form, and the lock pins the package.
+ * (`.gitignore`): they are the package's data and `static/` in another form, and the lock pins the
+ * package.
  *
  * @module
  */
 
 import bpe from "gpt-tokenizer/bpeRanks/o200k_base";
 import { O200K_TOKEN_SPLIT_REGEX } from "gpt-tokenizer/encodingParams/constants";
-import { checkRanks, indexedForm, indexRanks, packRanks } from "../pages/tokens/ranks.ts";
+import { loadConfig, recordEnv } from "../config.ts";
+import { errorCatalog, errorMarkdown } from "../errors.ts";
+import { loadContent } from "../pages/content.ts";
+import { PAGES } from "../pages/site_pages.ts";
+import { chunkCount } from "../pages/tokens/bpe.ts";
+import { splitter } from "../pages/tokens/split.ts";
+import {
+  checkRanks,
+  indexedForm,
+  indexRanks,
+  packRanks,
+  rankTable,
+} from "../pages/tokens/ranks.ts";
 import { ranksModule } from "../pages/tokens/module.ts";
+import { DISK_STATIC_FILES } from "../server/static_files.ts";
 
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
 const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
@@ -36,21 +51,70 @@ export function o200kPacked(): Uint8Array {
   return packRanks(bpe);
 }
 
-/** The text of the module, from the packed ranks (`o200kPacked()`). */
-export function o200kModule(packed: Uint8Array = o200kPacked()): string {
-  return ranksModule("o200k_base", { packed, split: O200K_TOKEN_SPLIT_REGEX });
+/**
+ * The Markdown bodies the service sends with the default configuration, from `static/`: the pages
+ * (their twins too), the Platform, `llms.txt` and the Markdown 404.
+ *
+ * @throws Error when the defaults or `static/` do not load (start-up would say the same)
+ */
+export function defaultMarkdownBodies(): string[] {
+  const loaded = loadConfig(recordEnv({}));
+  if (!loaded.ok) throw new Error(`the default configuration does not load: ${loaded.errors}`);
+  const content = loadContent(loaded.config, DISK_STATIC_FILES);
+  if (!content.ok) throw new Error(`static/ does not load: ${content.errors.join("; ")}`);
+  const { platformMarkdown, llms } = content.content;
+  return [
+    platformMarkdown,
+    llms,
+    ...PAGES.map((page) => content.content[page.content].markdown),
+    errorMarkdown("not_found", errorCatalog(loaded.config).not_found),
+  ];
 }
 
-/** The indexed form, from the packed ranks (`o200kPacked()`). */
-export function o200kFile(packed: Uint8Array = o200kPacked()): Uint8Array {
-  return indexedForm(indexRanks(packed), O200K_TOKEN_SPLIT_REGEX);
+/**
+ * The count of every chunk of `bodies` (the split of `o200k_base`), from the packed ranks: the
+ * counter takes these as they are, and merges only the chunks it does not find here (those a
+ * configuration brings), so that the first count of a body needs no byte-pair merge to warm up.
+ * A chunk's count depends on the chunk alone: with `static/` edited since the build, fewer are
+ * found, none is wrong.
+ */
+export function o200kKnown(
+  packed: Uint8Array = o200kPacked(),
+  bodies: readonly string[] = defaultMarkdownBodies(),
+): Map<string, number> {
+  const table = rankTable(indexRanks(packed));
+  const chunksOf = splitter(O200K_TOKEN_SPLIT_REGEX);
+  const known = new Map<string, number>();
+  for (const body of bodies) {
+    for (const chunk of chunksOf(body)) {
+      if (!known.has(chunk)) known.set(chunk, chunkCount(table, chunk));
+    }
+  }
+  return known;
+}
+
+/** The text of the module, from the packed ranks (`o200kPacked()`) and the known counts. */
+export function o200kModule(
+  packed: Uint8Array = o200kPacked(),
+  known: ReadonlyMap<string, number> = o200kKnown(packed),
+): string {
+  return ranksModule("o200k_base", { packed, split: O200K_TOKEN_SPLIT_REGEX, known });
+}
+
+/** The indexed form, from the packed ranks (`o200kPacked()`) and the known counts. */
+export function o200kFile(
+  packed: Uint8Array = o200kPacked(),
+  known: ReadonlyMap<string, number> = o200kKnown(packed),
+): Uint8Array {
+  return indexedForm(indexRanks(packed), O200K_TOKEN_SPLIT_REGEX, known);
 }
 
 if (import.meta.main) {
   const packed = o200kPacked();
+  const known = o200kKnown(packed);
   Deno.mkdirSync(new URL(".", MODULE_OUTPUT), { recursive: true });
-  Deno.writeTextFileSync(MODULE_OUTPUT, o200kModule(packed));
-  const file = o200kFile(packed);
+  Deno.writeTextFileSync(MODULE_OUTPUT, o200kModule(packed, known));
+  const file = o200kFile(packed, known);
   for (const output of FILE_OUTPUTS) {
     Deno.mkdirSync(new URL(".", output), { recursive: true });
     Deno.writeFileSync(output, file);

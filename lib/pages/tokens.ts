@@ -26,33 +26,62 @@
  * @module
  */
 
+import { later } from "../timer.ts";
 import { tokenCounter } from "./tokens/bpe.ts";
 import { bytesOf, type RanksModule } from "./tokens/module.ts";
 import {
-  fromIndexedForm,
+  type FormReader,
   type IndexedRanks,
   indexRanks,
+  type KnownCounts,
+  knownCounts,
   packRanks,
+  type RankTable,
   rankTable,
+  readIndexedForm,
   releaseRanks,
 } from "./tokens/ranks.ts";
+import type { SplitPattern } from "./tokens/split.ts";
 
 /** The encoding the counts are in. */
 export const TOKEN_ENCODING = "o200k_base";
 
-/** The indexed ranks and split pattern the counter is made of. */
+/** The rank table, split pattern and counts known beforehand a counter is made of. */
 interface Ranks {
-  ranks: IndexedRanks;
-  split: RegExp;
+  table: RankTable;
+  split: SplitPattern;
+  known: KnownCounts;
+  /** Lets the ranks go. */
+  release(): void;
 }
 
 /**
- * Where a platform finds the ranks the build wrote: their bytes (Deno reads the file the build
- * wrote beside the bundle: `lib/server/token_ranks.ts`), or whether the build's module
- * (`dist/tokens/o200k_ranks.js`) may be imported without asking for a permission. Without one (a
- * Worker, whose bundle carries the module), the module is imported.
+ * The parts of a counter over ranks in memory (`ranks.ts`): indexed when a lookup first needs them
+ * (a chunk the build did not count; with none, never), freed at once when let go.
  */
-export type BuiltRanks = () => Promise<Uint8Array | boolean>;
+function inMemory(ranksOf: () => IndexedRanks, split: SplitPattern, known: KnownCounts): Ranks {
+  let ranks: IndexedRanks | undefined;
+  let table: RankTable | undefined;
+  return {
+    table: {
+      rankOf(bytes, start, end) {
+        table ??= rankTable(ranks = ranksOf());
+        return table.rankOf(bytes, start, end);
+      },
+    },
+    split,
+    known,
+    release: () => ranks && releaseRanks(ranks),
+  };
+}
+
+/**
+ * Where a platform finds the ranks the build wrote: a reader of the file the build wrote beside the
+ * bundle (Deno: `lib/server/token_ranks.ts`), of which only what lookups touch is read, or whether
+ * the build's module (`dist/tokens/o200k_ranks.js`) may be imported without asking for a
+ * permission. Without one (a Worker, whose bundle carries the module), the module is imported.
+ */
+export type BuiltRanks = () => Promise<FormReader | boolean>;
 
 /** Options of {@linkcode countTokens}. */
 export interface CountOptions {
@@ -72,10 +101,11 @@ async function builtModule(): Promise<Ranks | undefined> {
   if (built.ENCODING !== TOKEN_ENCODING) {
     throw new Error(`dist/tokens/o200k_ranks.js holds ${built.ENCODING}, not ${TOKEN_ENCODING}`);
   }
-  return {
-    ranks: indexRanks(bytesOf(built.RANKS)),
-    split: new RegExp(built.SPLIT, built.SPLIT_FLAGS),
-  };
+  return inMemory(
+    () => indexRanks(bytesOf(built.RANKS)),
+    { source: built.SPLIT, flags: built.SPLIT_FLAGS },
+    knownCounts(built.KNOWN),
+  );
 }
 
 /** The ranks packed from `gpt-tokenizer`'s (its module stays loaded, its ranks in the heap). */
@@ -84,7 +114,7 @@ async function packageRanks(): Promise<Ranks> {
     import("gpt-tokenizer/bpeRanks/o200k_base"),
     import("gpt-tokenizer/encodingParams/constants"),
   ]);
-  return { ranks: indexRanks(packRanks(bpe)), split: O200K_TOKEN_SPLIT_REGEX };
+  return inMemory(() => indexRanks(packRanks(bpe)), O200K_TOKEN_SPLIT_REGEX, new Map());
 }
 
 /** A counter, and how to free its ranks. */
@@ -93,20 +123,36 @@ interface Counter {
   release(): void;
 }
 
-/** The counter: from the build's file (Deno), else its module, else the package's ranks. */
-async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter> {
-  const found = builtRanks ? await builtRanks() : true;
-  const { ranks, split } = typeof found === "object"
-    ? fromIndexedForm(found)
-    : (found ? await builtModule() : undefined) ?? await packageRanks();
-  return { count: tokenCounter(rankTable(ranks), split), release: () => releaseRanks(ranks) };
+/**
+ * The ranks of the build's file, read piece by piece (`readIndexedForm`), or undefined where it is
+ * not one (an older build's: closed).
+ */
+function fromFile(reader: FormReader): Ranks | undefined {
+  try {
+    const { table, split, known } = readIndexedForm(reader);
+    return { table, split, known: knownCounts(known), release: () => reader.close() };
+  } catch {
+    reader.close();
+    return undefined;
+  }
 }
 
 /**
- * The counter while texts wait to be counted. Let go once none waits, its ranks (4.4 MB outside the
- * heap) freed at once rather than kept for a count that may never come: each body is counted once,
- * when its representation is built, nearly all of them by the warm-up at once. The next text makes
- * it again, in a few milliseconds.
+ * The counter: from the build's file (Deno), else its module, else the package's ranks (where
+ * neither was built, or the file is an older build's: the counts are the same, the memory more).
+ */
+async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter> {
+  const found = builtRanks ? await builtRanks() : true;
+  const { table, split, known, release } =
+    (typeof found === "object" ? fromFile(found) : undefined) ??
+      (found === true ? await builtModule() : undefined) ?? await packageRanks();
+  return { count: tokenCounter(table, split, known), release };
+}
+
+/**
+ * The counter while texts wait to be counted. Let go once none waits, its ranks (4.4 MB outside the heap) freed rather than kept for a count
+ * that may never come: each body is counted once, when its representation is built, nearly all of
+ * them by the warm-up at once. The next text makes it again, in a few milliseconds.
  */
 let loaded: Promise<Counter> | undefined;
 /** How many texts wait for {@linkcode loaded}. */
@@ -130,9 +176,15 @@ export async function countTokens(text: string, options: CountOptions = {}): Pro
   try {
     return (await counter).count(text);
   } finally {
+    // Let go a moment after the last count, unless another came meanwhile (the Markdown 404 is
+    // counted just after the first body), and never before this count is answered. `later`:
+    // `setTimeout`'s first use would load Node's timers first.
     if (--waiting === 0) {
-      loaded = undefined;
-      (await counter).release();
+      later(0, () => {
+        if (waiting > 0 || loaded !== counter) return;
+        loaded = undefined;
+        counter.then((made) => made.release(), () => {});
+      });
     }
   }
 }

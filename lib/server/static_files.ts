@@ -7,6 +7,7 @@
  */
 
 import { STATIC_DIR, type StaticFiles, UnreadableFolderError } from "../pages/content.ts";
+import { builtRanks } from "./token_ranks.ts";
 
 /**
  * Reads a file's text from the disk; a read the runtime did not grant or the file system denied
@@ -35,10 +36,10 @@ export function readStaticFile(path: string): string {
 
 /**
  * The service's `static/` folder on the disk, for `loadContent`, and the token ranks the build wrote
- * (`token_ranks.ts`, imported with the first count, never at start-up).
+ * (`token_ranks.ts`: read in the background while the service starts, `configure.ts`).
  */
 export const DISK_STATIC_FILES: StaticFiles = {
   dir: STATIC_DIR,
   read: readStaticFile,
-  tokenRanks: () => import("./token_ranks.ts").then((ranks) => ranks.builtRanks()),
+  tokenRanks: builtRanks,
 };

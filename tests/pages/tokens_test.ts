@@ -16,14 +16,24 @@ import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { policyOf } from "../../lib/limit/core/decision.ts";
 import { countTokens } from "../../lib/pages/tokens.ts";
 import { tokenCounter } from "../../lib/pages/tokens/bpe.ts";
-import { o200kFile, o200kModule, o200kPacked } from "../../lib/build/tokens.ts";
+import {
+  defaultMarkdownBodies,
+  o200kFile,
+  o200kKnown,
+  o200kModule,
+  o200kPacked,
+} from "../../lib/build/tokens.ts";
+import { fileReader } from "../../lib/server/token_ranks.ts";
+import { O200K_ASCII_SPLIT, O200K_SPLIT } from "../../lib/pages/tokens/split.ts";
 import { bytesOf } from "../../lib/pages/tokens/module.ts";
 import {
   checkRanks,
-  fromIndexedForm,
   indexRanks,
+  knownCounts,
+  memoryReader,
   packRanks,
   rankTable,
+  readIndexedForm,
 } from "../../lib/pages/tokens/ranks.ts";
 import { type EnvRecord, testConfig, testContent } from "../_server.ts";
 
@@ -169,16 +179,103 @@ const PIECES = [
   "x@example.com",
 ];
 
-Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts made to stress the split and the merge", () => {
-  const count = tokenCounter(rankTable(indexRanks(packRanks(bpe))), O200K_TOKEN_SPLIT_REGEX);
+/** `count` against gpt-tokenizer on `n` texts of random {@linkcode PIECES}. */
+function assertCountsStressTexts(count: (text: string) => number, n: number): void {
   const next = random(40);
-  for (let i = 0; i < 3000; i++) {
+  for (let i = 0; i < n; i++) {
     let text = "";
     const pieces = 1 + Math.floor(next() * 24);
     for (let j = 0; j < pieces; j++) text += PIECES[Math.floor(next() * PIECES.length)];
     assert.equal(count(text), reference(text), JSON.stringify(text));
   }
   assert.equal(count(""), 0);
+}
+
+Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts made to stress the split and the merge", () => {
+  assertCountsStressTexts(
+    tokenCounter(rankTable(indexRanks(packRanks(bpe))), O200K_TOKEN_SPLIT_REGEX),
+    3000,
+  );
+});
+
+Deno.test("the counter over the build's file read piece by piece equals gpt-tokenizer's count, with the build's known counts and without", async () => {
+  const packed = o200kPacked();
+  const known = o200kKnown(packed);
+  const dir = await Deno.makeTempDir();
+  const file = new URL(`file://${dir}/o200k_ranks.bin`);
+  await Deno.writeFile(file, o200kFile(packed, known));
+  try {
+    for (const withKnown of [true, false]) {
+      const reader = fileReader(file)!;
+      try {
+        const form = readIndexedForm(reader);
+        const read = knownCounts(form.known);
+        assert.ok([...known].every(([chunk, count]) => read.get(chunk) === count));
+        const count = tokenCounter(form.table, form.split, withKnown ? known : new Map());
+        for (const body of defaultMarkdownBodies()) assert.equal(count(body), reference(body));
+        assertCountsStressTexts(count, withKnown ? 300 : 1000);
+      } finally {
+        reader.close();
+      }
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  assert.equal(fileReader(file), undefined, "a missing file: no reader");
+  assert.throws(
+    () => readIndexedForm(memoryReader(new Uint8Array(64))),
+    /not an indexed form of ranks of this version/,
+  );
+});
+
+Deno.test("the build's known counts cover every chunk of the default bodies, and a count known is taken, not merged again", () => {
+  const table = rankTable(indexRanks(o200kPacked()));
+  const known = o200kKnown();
+  const body = defaultMarkdownBodies()[0]!;
+  const chunks = [...body.matchAll(O200K_TOKEN_SPLIT_REGEX)].map(([chunk]) => chunk);
+  assert.ok(chunks.every((chunk) => known.has(chunk)));
+  const count = tokenCounter(table, O200K_SPLIT);
+  const tampered = new Map(known).set(chunks[0]!, known.get(chunks[0]!)! + 1000);
+  assert.equal(tokenCounter(table, O200K_SPLIT, tampered)(body), count(body) + 1000);
+});
+
+Deno.test("O200K_SPLIT is gpt-tokenizer's pattern, and its ASCII form finds the same chunks in ASCII text", () => {
+  assert.equal(O200K_SPLIT.source, O200K_TOKEN_SPLIT_REGEX.source);
+  assert.equal(O200K_SPLIT.flags, O200K_TOKEN_SPLIT_REGEX.flags);
+  const ascii = new RegExp(O200K_ASCII_SPLIT.source, O200K_ASCII_SPLIT.flags);
+  const chunks = (text: string, split: RegExp) =>
+    [...text.matchAll(split)].map((found) => `${found.index}:${found[0]}`);
+  // Every ASCII character, the classes' edges and the pattern's own characters weighted up.
+  const alphabet = [
+    ...Array.from({ length: 128 }, (_, code) => String.fromCharCode(code)),
+    ..."AZaz09@[`{/:' \t\n\r".split(""),
+    " ",
+    " ",
+    "\n",
+    "'",
+    "s",
+    "L",
+    "l",
+    "'s",
+    "'LL",
+    "'ve",
+    "\r\n",
+    "  \n",
+  ];
+  const next = random(7);
+  for (let i = 0; i < 20_000; i++) {
+    let text = "";
+    const length = Math.floor(next() * 40);
+    for (let j = 0; j < length; j++) text += alphabet[Math.floor(next() * alphabet.length)];
+    assert.deepEqual(
+      chunks(text, ascii),
+      chunks(text, O200K_TOKEN_SPLIT_REGEX),
+      JSON.stringify(text),
+    );
+  }
+  for (const body of defaultMarkdownBodies()) {
+    assert.deepEqual(chunks(body, ascii), chunks(body, O200K_TOKEN_SPLIT_REGEX));
+  }
 });
 
 Deno.test("checkRanks() accepts gpt-tokenizer's o200k_base ranks and refuses ranks its lookup would not all find", () => {
@@ -191,26 +288,31 @@ Deno.test("checkRanks() accepts gpt-tokenizer's o200k_base ranks and refuses ran
 Deno.test("the build's module and file carry exactly the ranks packed from gpt-tokenizer, and count alike", async () => {
   const packed = o200kPacked();
   const indexed = indexRanks(packed);
-  const { ranks, split } = fromIndexedForm(o200kFile(packed));
-  assert.deepEqual(ranks.packed, packed);
-  assert.deepEqual(ranks.offsets, indexed.offsets);
-  assert.deepEqual(ranks.slots, indexed.slots);
-  assert.equal(split.source, O200K_TOKEN_SPLIT_REGEX.source);
-  assert.equal(split.flags, O200K_TOKEN_SPLIT_REGEX.flags);
+  const known = o200kKnown(packed);
+  const form = readIndexedForm(memoryReader(o200kFile(packed, known)));
+  assert.equal(form.split.source, O200K_TOKEN_SPLIT_REGEX.source);
+  assert.equal(form.split.flags, O200K_TOKEN_SPLIT_REGEX.flags);
+  // Every rank with bytes of its own is found by them, in the file as in the ranks packed.
+  for (let rank = 0; rank < indexed.offsets.length - 1; rank++) {
+    const [start, end] = [indexed.offsets[rank]!, indexed.offsets[rank + 1]!];
+    if (start === end) continue;
+    assert.equal(form.table.rankOf(packed, start, end), rank);
+  }
   const dir = await Deno.makeTempDir();
   try {
     const file = `${dir}/o200k_ranks.js`;
-    await Deno.writeTextFile(file, o200kModule(packed));
+    await Deno.writeTextFile(file, o200kModule(packed, known));
     const built = await import(new URL(`file://${file}`).href);
     assert.equal(built.ENCODING, "o200k_base");
     assert.deepEqual(bytesOf(built.RANKS), packed);
     assert.equal(built.SPLIT, O200K_TOKEN_SPLIT_REGEX.source);
     assert.equal(built.SPLIT_FLAGS, O200K_TOKEN_SPLIT_REGEX.flags);
+    assert.equal(built.KNOWN, form.known);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
   const text = "Ünïcode 法律 🚀 <|endoftext|> it's 1234567 — https://example.com/a_b\n\n";
-  assert.equal(tokenCounter(rankTable(ranks), split)(text), reference(text));
+  assert.equal(tokenCounter(form.table, form.split)(text), reference(text));
   // The seam, from whichever ranks this checkout has (the build's, else the package's).
   assert.equal(await countTokens(text), reference(text));
 });

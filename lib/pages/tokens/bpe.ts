@@ -11,7 +11,8 @@
  * @module
  */
 
-import type { RankTable } from "./ranks.ts";
+import type { KnownCounts, RankTable } from "./ranks.ts";
+import { type SplitPattern, splitter } from "./split.ts";
 
 const encoder = new TextEncoder();
 
@@ -47,8 +48,8 @@ function mergedCount(table: RankTable, bytes: Uint8Array): number {
   return starts.length - 1;
 }
 
-/** The tokens of one chunk of the split. */
-function chunkCount(table: RankTable, chunk: string): number {
+/** The tokens of one chunk of the split (merged from its bytes unless it is a token). */
+export function chunkCount(table: RankTable, chunk: string): number {
   const bytes = encoder.encode(chunk);
   // `gpt-tokenizer` looks the whole chunk up as text first: text with a lone surrogate is none
   // of its ranks, and is merged from its bytes (where the surrogate is U+FFFD) instead.
@@ -57,8 +58,10 @@ function chunkCount(table: RankTable, chunk: string): number {
 }
 
 /**
- * A counter of the tokens of a text: `split` cuts it into chunks (a global regular expression,
- * `gpt-tokenizer`'s split pattern of the encoding), `table` holds the encoding's ranks.
+ * A counter of the tokens of a text: `split` cuts it into chunks (`gpt-tokenizer`'s split pattern
+ * of the encoding: ASCII text by its ASCII form, `split.ts`), `table` holds the encoding's ranks, and
+ * `known` the counts of chunks counted before (the build's, `o200kChunks()` of lib/build/tokens.ts),
+ * which a chunk found there is not merged again for.
  *
  * @example
  * ```ts
@@ -70,12 +73,19 @@ function chunkCount(table: RankTable, chunk: string): number {
  * assert.equal(count("abc"), 1);
  * assert.equal(count("cab"), 2); // c, ab
  * assert.equal(count("abc cba"), 5); // abc, then " cba" in four: merges never cross chunks
+ * // A count known beforehand is taken as it is.
+ * assert.equal(tokenCounter(rankTable(ranks), / ?[a-z]+/g, new Map([[" cba", 4]]))("abc cba"), 5);
  * ```
  */
-export function tokenCounter(table: RankTable, split: RegExp): (text: string) => number {
+export function tokenCounter(
+  table: RankTable,
+  split: SplitPattern,
+  known: KnownCounts = new Map(),
+): (text: string) => number {
+  const chunksOf = splitter(split);
   return (text) => {
     let count = 0;
-    for (const [chunk] of text.matchAll(split)) count += chunkCount(table, chunk);
+    for (const chunk of chunksOf(text)) count += known.get(chunk) ?? chunkCount(table, chunk);
     return count;
   };
 }

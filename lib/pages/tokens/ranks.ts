@@ -19,13 +19,13 @@
  * @module
  */
 
+import type { SplitPattern } from "./split.ts";
+
 /** The ranks as `gpt-tokenizer` ships them: by rank, text or the bytes of text that is not UTF-8. */
 export type RankSource = ArrayLike<string | readonly number[] | undefined>;
 
 /** Ranks indexed for lookup by bytes. */
 export interface RankTable {
-  /** How many ranks the table holds (the highest rank plus one). */
-  readonly size: number;
   /** The rank of `bytes[start..end)`, or -1 when that sequence is no token. */
   rankOf(bytes: Uint8Array, start: number, end: number): number;
 }
@@ -91,7 +91,8 @@ export function checkRanks(ranks: RankSource): void {
  * assert.equal(table.rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
  * assert.equal(table.rankOf(new Uint8Array([0xff]), 0, 1), 3);
  * assert.equal(table.rankOf(new TextEncoder().encode("ba"), 0, 2), -1);
- * assert.equal(table.size, 5); // rank 4, "ab" as bytes, is never found: "ab" is rank 2
+ * // Rank 4, "ab" as bytes, is never found: "ab" is rank 2.
+ * assert.equal(table.rankOf(new Uint8Array([0x61, 0x62]), 0, 2), 2);
  * ```
  */
 export function packRanks(ranks: RankSource): Uint8Array {
@@ -157,7 +158,6 @@ export function indexRanks(packed: Uint8Array): IndexedRanks {
 export function rankTable({ packed, offsets, slots }: IndexedRanks): RankTable {
   const mask = slots.length - 1;
   return {
-    size: offsets.length - 1,
     rankOf(bytes, start, end) {
       const length = end - start;
       for (let slot = hashOf(bytes, start, end) & mask;; slot = (slot + 1) & mask) {
@@ -191,74 +191,181 @@ export function releaseRanks(ranks: IndexedRanks): void {
   }
 }
 
-/** The first `u32` of the indexed form: "BPE1", read in the platform's byte order. */
-const MAGIC = 0x31455042;
+/** The first `u32` of the indexed form: "BPE2", read in the platform's byte order. */
+const MAGIC = 0x32455042;
 /** The header's `u32` fields. */
-const HEADER = 5;
+const HEADER = 6;
 
 /**
- * The indexed form of `ranks` and their `split` pattern, as one byte array.
+ * The indexed form of `ranks`, their `split` pattern and the `known` counts of chunks
+ * (`knownCounts()`), as one byte array.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * const bytes = indexedForm(indexRanks(packRanks(["a", "b", "ab"])), /[ab]+/gu);
- * const { ranks, split } = fromIndexedForm(bytes);
- * assert.equal(rankTable(ranks).rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
- * assert.equal(split.source, "[ab]+");
- * assert.equal(split.flags, "gu");
+ * const known = new Map([["abab", 2]]);
+ * const bytes = indexedForm(indexRanks(packRanks(["a", "b", "ab"])), /[ab]+/gu, known);
+ * const form = readIndexedForm(memoryReader(bytes));
+ * assert.equal(form.table.rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
+ * assert.equal(form.split.flags, "gu");
+ * assert.equal(knownCounts(form.known).get("abab"), 2);
  * ```
  */
-export function indexedForm(ranks: IndexedRanks, split: RegExp): Uint8Array {
+export function indexedForm(
+  ranks: IndexedRanks,
+  split: SplitPattern,
+  known: ReadonlyMap<string, number> = new Map(),
+): Uint8Array {
   const pattern = encoder.encode(`${split.flags}/${split.source}`);
+  const knownBytes = encoder.encode(knownText(known));
   const patternEnd = 4 * HEADER + Math.ceil(pattern.length / 4) * 4;
   const slotsAt = patternEnd + ranks.offsets.byteLength;
   const packedAt = slotsAt + ranks.slots.byteLength;
-  const bytes = new Uint8Array(packedAt + ranks.packed.length);
+  const knownAt = packedAt + ranks.packed.length;
+  const bytes = new Uint8Array(knownAt + knownBytes.length);
   new Uint32Array(bytes.buffer, 0, HEADER).set([
     MAGIC,
     ranks.offsets.length - 1,
     ranks.slots.length,
     ranks.packed.length,
     pattern.length,
+    knownBytes.length,
   ]);
   bytes.set(pattern, 4 * HEADER);
   bytes.set(new Uint8Array(ranks.offsets.buffer), patternEnd);
   bytes.set(new Uint8Array(ranks.slots.buffer), slotsAt);
   bytes.set(ranks.packed, packedAt);
+  bytes.set(knownBytes, knownAt);
   return bytes;
 }
 
+/** Counts of chunks known beforehand, by chunk (a `Map` is one). */
+export interface KnownCounts {
+  get(chunk: string): number | undefined;
+}
+
 /**
- * The ranks and split pattern of an indexed form ({@linkcode indexedForm}): views of `bytes`,
- * nothing copied or computed.
+ * The counts of chunks a build counted (a JSON object of chunk to count, as the indexed form and
+ * the build's module carry them), by chunk. Parsed as an object with no prototype rather than
+ * copied into a `Map`: this runs once, cold, on the first Markdown response's way, where building a
+ * `Map` of a thousand chunks took longer than the parse. A count that is not a positive integer is
+ * not taken (the chunk is merged instead).
  *
- * @throws Error when `bytes` is no indexed form of this byte order, or is cut short
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const known = knownCounts('{"abab":2,"toString":1,"x":"2"}');
+ * assert.deepEqual([known.get("abab"), known.get("toString"), known.get("valueOf"), known.get("x")], [2, 1, undefined, undefined]);
+ * ```
+ *
+ * @throws Error when `text` is no JSON object
  */
-export function fromIndexedForm(bytes: Uint8Array): { ranks: IndexedRanks; split: RegExp } {
-  if (bytes.byteOffset % 4 !== 0 || bytes.length < 4 * HEADER) {
-    throw new Error("not an indexed form of ranks");
+export function knownCounts(text: string): KnownCounts {
+  const counts: unknown = JSON.parse(text);
+  if (typeof counts !== "object" || counts === null || Array.isArray(counts)) {
+    throw new Error("the known counts of chunks are not a JSON object of chunk to count");
   }
-  const [magic, size, count, packedLength, patternLength] = new Uint32Array(
-    bytes.buffer,
-    bytes.byteOffset,
-    HEADER,
-  ) as unknown as number[];
-  if (magic !== MAGIC) throw new Error("not an indexed form of ranks in this byte order");
-  const text = new TextDecoder().decode(bytes.subarray(4 * HEADER, 4 * HEADER + patternLength!));
-  const at = bytes.byteOffset + 4 * HEADER + Math.ceil(patternLength! / 4) * 4;
-  const slotsAt = at + 4 * (size! + 1);
-  const packedAt = slotsAt + 4 * count!;
-  if (packedAt + packedLength! !== bytes.byteOffset + bytes.length) {
-    throw new Error("the indexed ranks are not as long as said");
-  }
-  const slash = text.indexOf("/");
+  const record = Object.setPrototypeOf(counts, null) as Record<string, unknown>;
   return {
-    ranks: {
-      offsets: new Uint32Array(bytes.buffer, at, size! + 1),
-      slots: new Int32Array(bytes.buffer, slotsAt, count),
-      packed: new Uint8Array(bytes.buffer, packedAt, packedLength),
+    get(chunk) {
+      const count = record[chunk];
+      return typeof count === "number" && Number.isSafeInteger(count) && count > 0
+        ? count
+        : undefined;
     },
-    split: new RegExp(text.slice(slash + 1), text.slice(0, slash)),
   };
 }
+
+/** The JSON text of `known` that {@linkcode knownCounts} reads. */
+export function knownText(known: ReadonlyMap<string, number>): string {
+  return JSON.stringify(Object.fromEntries(known));
+}
+
+/**
+ * Random access to an indexed form's bytes (a file the platform opens, or memory): `read` returns
+ * `length` bytes from `at`, in a buffer of their own.
+ */
+export interface FormReader {
+  read(at: number, length: number): Uint8Array;
+  /** Lets the bytes go (closes the file); the reader is not read again. */
+  close(): void;
+}
+
+/** A {@linkcode FormReader} over bytes in memory. */
+export function memoryReader(bytes: Uint8Array): FormReader {
+  return { read: (at, length) => bytes.slice(at, at + length), close: () => {} };
+}
+
+/**
+ * The rank table, split pattern and known counts of an indexed form read piece by piece: the
+ * header, the pattern and the known counts at once, then only the slots, offsets and bytes that
+ * lookups touch (a few hundred bytes for a chunk, where the whole form is 4.4 MB). The counter
+ * needs the ranks only for the chunks the build did not count (those a configuration brings), so
+ * the form is never read whole, and its memory never taken.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const known = new Map([["abab", 2]]);
+ * const bytes = indexedForm(indexRanks(packRanks(["a", "b", "ab"])), /[ab]+/gu, known);
+ * const form = readIndexedForm(memoryReader(bytes));
+ * assert.equal(form.table.rankOf(new TextEncoder().encode("ab"), 0, 2), 2);
+ * assert.equal(form.table.rankOf(new TextEncoder().encode("ba"), 0, 2), -1);
+ * assert.equal(form.split.source, "[ab]+");
+ * assert.equal(knownCounts(form.known).get("abab"), 2);
+ * ```
+ *
+ * @throws Error when the bytes are no indexed form of this version and byte order
+ */
+export function readIndexedForm(
+  reader: FormReader,
+): { table: RankTable; split: SplitPattern; known: string } {
+  const header = new Uint32Array(reader.read(0, 4 * HEADER).buffer);
+  if (header.length !== HEADER || header[0] !== MAGIC) {
+    throw new Error(
+      "not an indexed form of ranks of this version and byte order (deno task build:tokens writes it)",
+    );
+  }
+  const [, size, count, packedLength, patternLength, knownLength] = header as unknown as number[];
+  const text = new TextDecoder().decode(reader.read(4 * HEADER, patternLength!));
+  const offsetsAt = 4 * HEADER + Math.ceil(patternLength! / 4) * 4;
+  const slotsAt = offsetsAt + 4 * (size! + 1);
+  const packedAt = slotsAt + 4 * count!;
+  const knownAt = packedAt + packedLength!;
+  const known = reader.read(knownAt, knownLength!);
+  if (known.length !== knownLength || count! & (count! - 1)) {
+    throw new Error("the indexed ranks are not as long as said");
+  }
+  const mask = count! - 1;
+  const u32 = (at: number, n: number) => new Uint32Array(reader.read(at, 4 * n).buffer);
+  const slash = text.indexOf("/");
+  return {
+    table: {
+      rankOf(bytes, start, end) {
+        const length = end - start;
+        // Linear probing reads on from the slot: a few slots at a time (most lookups need one).
+        let slot = hashOf(bytes, start, end) & mask;
+        for (;;) {
+          const run = Math.min(SLOTS_READ, count! - slot);
+          const entries = u32(slotsAt + 4 * slot, run);
+          for (let i = 0; i < run; i++) {
+            const entry = entries[i]!;
+            if (entry === 0) return -1;
+            const [from, to] = u32(offsetsAt + 4 * (entry - 1), 2) as unknown as number[];
+            if (to! - from! !== length) continue;
+            const token = reader.read(packedAt + from!, length);
+            let j = 0;
+            while (j < length && token[j] === bytes[start + j]) j++;
+            if (j === length) return entry - 1;
+          }
+          slot = (slot + run) & mask;
+        }
+      },
+    },
+    split: { source: text.slice(slash + 1), flags: text.slice(0, slash) },
+    known: new TextDecoder().decode(known),
+  };
+}
+
+/** Slots read at once by {@linkcode readIndexedForm}'s lookups. */
+const SLOTS_READ = 4;
