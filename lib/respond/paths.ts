@@ -14,7 +14,7 @@ import type { HeaderField } from "../http/message.ts";
 import { buildRepresentation, type Representation } from "../http/representation.ts";
 import type { Content, Page, PageFile } from "../pages/content.ts";
 import { DEPRECATION_POLICY_PATH, PAGES } from "../pages/site_pages.ts";
-import type { BuiltRanks } from "../pages/tokens.ts";
+import { type BuiltRanks, countTokens } from "../pages/tokens.ts";
 import {
   API_CATALOG_PATH,
   apiCatalogLink,
@@ -100,9 +100,10 @@ export function buildAnswers(config: Config, content: Content): Answers {
   const notFoundTokens = once(() => countOf(notFoundMarkdown(config)));
   const counted = new Map<string, Promise<number>>();
   const count: Count = (text) => {
-    notFoundTokens().catch(() => {});
     let tokens = counted.get(text);
     if (tokens === undefined) counted.set(text, tokens = countOf(text));
+    // Started after this text's, which it does not delay.
+    notFoundTokens().catch(() => {});
     return tokens;
   };
   return {
@@ -131,12 +132,12 @@ function tokensField(tokens: number): HeaderField {
 }
 
 /**
- * The token count of `text`, the ranks found where the platform said (`builtRanks`). Imported, not
- * loaded with the paths: the bundle keeps the counter apart, and it is loaded with the first
- * Markdown representation (lib/README.md, "Cold start").
+ * The token count of `text`, the ranks found where the platform said (`builtRanks`). The counter
+ * is loaded with the paths (about 10 KB of code, nothing run): imported with the first Markdown
+ * representation, its loading made the first Markdown response wait up to 3 ms more. Its ranks
+ * are read with the first count (lib/README.md, "Cold start").
  */
-async function countWith(text: string, builtRanks: BuiltRanks | undefined): Promise<number> {
-  const { countTokens } = await import("../pages/tokens.ts");
+function countWith(text: string, builtRanks: BuiltRanks | undefined): Promise<number> {
   return countTokens(text, builtRanks ? { builtRanks } : {});
 }
 
