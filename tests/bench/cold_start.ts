@@ -14,12 +14,15 @@
  * from `/proc/<pid>/task/<tid>/schedstat`), which the other work on a shared machine disturbs less
  * than wall time.
  *
+ * `--base <dir>` pairs this checkout with another one's `deno task start` (its bundle built first,
+ * e.g. main's) instead of the hello world: the ratios are then this checkout's to that one's.
+ *
  * @module
  */
 // deno-lint-ignore-file no-console
 
 import { join } from "node:path";
-import { startTaskArgs } from "./_start_task.ts";
+import { startTaskArgs, startTaskArgsOf } from "./_start_task.ts";
 
 const ROOT = join(import.meta.dirname!, "..", "..");
 /** Longest one process may take to answer 200 before the run is abandoned. */
@@ -35,10 +38,12 @@ const HELLO =
 interface Options {
   runs: number;
   paths: string[];
+  base: string | undefined;
 }
 
 function parseOptions(args: readonly string[]): Options {
   let runs = 10;
+  let base: string | undefined;
   const paths: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const value = args[i + 1];
@@ -48,12 +53,15 @@ function parseOptions(args: readonly string[]): Options {
     } else if (args[i] === "--path" && value !== undefined) {
       paths.push(value);
       i++;
+    } else if (args[i] === "--base" && value !== undefined) {
+      base = value;
+      i++;
     } else if (args[i] !== "--") {
       // (`deno task bench:cold -- --runs 8` passes the `--` on: it is skipped.)
-      throw new Error(`unknown argument ${args[i]}: use --runs N, --path /p`);
+      throw new Error(`unknown argument ${args[i]}: use --runs N, --path /p, --base <dir>`);
     }
   }
-  return { runs, paths: paths.length > 0 ? paths : ["/api/v1/platform"] };
+  return { runs, paths: paths.length > 0 ? paths : ["/api/v1/platform"], base };
 }
 
 function freePort(): number {
@@ -91,20 +99,19 @@ interface Start {
 async function timeToFirst200(
   args: string[],
   path: string,
-  env: Record<string, string> = {},
+  cwd: string = ROOT,
 ): Promise<Start> {
   const port = freePort();
   const url = `http://127.0.0.1:${port}${path}`;
   const started = performance.now();
   const child = new Deno.Command(Deno.execPath(), {
     args,
-    cwd: ROOT,
+    cwd,
     env: {
       NO_COLOR: "1",
       PORT: String(port),
       HOSTNAME: "127.0.0.1",
       PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
-      ...env,
     },
     stdin: "null",
     stdout: "null",
@@ -141,11 +148,20 @@ async function main(): Promise<void> {
   const options = parseOptions(Deno.args);
   const hello = join(Deno.makeTempDirSync(), "hello.ts");
   Deno.writeTextFileSync(hello, HELLO);
-  const helloArgs = ["run", "--allow-net=127.0.0.1", "--allow-env=PORT", hello];
   // As `deno task start` runs it, from the project's folder (the child's working directory).
   const serviceArgs = startTaskArgs();
+  const base = options.base;
+  if (base !== undefined) {
+    const built = await new Deno.Command(Deno.execPath(), { args: ["task", "build"], cwd: base })
+      .output();
+    if (!built.success) throw new Error(`deno task build failed in ${base}`);
+  }
+  const reference = base === undefined
+    ? { name: "hello world", args: ["run", "--allow-net=127.0.0.1", "--allow-env=PORT", hello] }
+    : { name: base, args: startTaskArgsOf(base), cwd: base };
+  const timeReference = (path: string) => timeToFirst200(reference.args, path, reference.cwd);
   // One unmeasured run of each loads Deno's caches (compiled modules, V8 code cache).
-  await timeToFirst200(helloArgs, "/");
+  await timeReference("/");
   await timeToFirst200(serviceArgs, options.paths[0]!);
   console.log(
     `cold start: spawn to first 200, ${options.runs} pairs per path, Deno ${Deno.version.deno}`,
@@ -159,9 +175,9 @@ async function main(): Promise<void> {
       let s: Start, h: Start;
       if (run % 2 === 0) {
         s = await timeToFirst200(serviceArgs, path);
-        h = await timeToFirst200(helloArgs, path);
+        h = await timeReference(path);
       } else {
-        h = await timeToFirst200(helloArgs, path);
+        h = await timeReference(path);
         s = await timeToFirst200(serviceArgs, path);
       }
       service.push(s.ms);
@@ -171,7 +187,7 @@ async function main(): Promise<void> {
     }
     const f = (n: number) => n.toFixed(2);
     console.log(
-      `GET ${path}: service median ${f(median(service))} ms, hello world median ${
+      `GET ${path}: service median ${f(median(service))} ms, ${reference.name} median ${
         f(median(bare))
       } ms; ratio of medians ${f(median(service) / median(bare))}; per-pair ratio median ${
         f(median(ratios))
