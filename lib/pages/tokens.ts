@@ -9,19 +9,21 @@
  * `countTokens` for any text (`tests/pages/tokens_test.ts`).
  *
  * This is the seam the request path calls, and it runs anywhere (Deno, Deno Deploy, the compiled
- * binary, a Cloudflare Worker): no thread, no file, no runtime's API here; a platform says where the
- * build's ranks are ({@linkcode BuiltRanks}). `gpt-tokenizer` holds its
- * ranks as about 38 MiB of heap; here they are typed arrays outside the heap, 4.4 MB with their
- * hash index (`tokens/ranks.ts`), counted by the same byte-pair merge (`tokens/bpe.ts`). The build
- * (`deno task build:tokens`, part of `deno task build` and `deno task compile`) writes them as a
- * file that Deno reads as it is (`lib/server/token_ranks.ts`), and as `dist/tokens/o200k_ranks.js`, a
- * module of constants that every bundler carries; where neither was built or may be read, they are
- * packed here from `gpt-tokenizer`'s own ranks, whose module then stays in the heap
- * (lib/pages/README.md, "Markdown twins, token counts, content signals").
+ * binary, a Cloudflare Worker): no thread, no runtime's API here; a platform says where the build's
+ * ranks are ({@linkcode BuiltRanks}). `gpt-tokenizer` holds its ranks as about 38 MiB of heap; here
+ * they are packed with a hash index (`tokens/ranks.ts`, 4.4 MB) and counted by the same byte-pair
+ * merge (`tokens/bpe.ts`), and the build (`deno task build:tokens`, part of `deno task build` and
+ * `deno task compile`) has counted every chunk of the shipped bodies beforehand: the ranks are looked
+ * up only for the chunks a configuration brings. It writes them as a file, of which Deno reads only
+ * what the lookups touch (`lib/server/token_ranks.ts`), and as `dist/tokens/o200k_ranks.js`, a
+ * module of constants that every bundler carries, indexed in memory when a lookup first needs it;
+ * where neither was built or may be read, they are packed here from `gpt-tokenizer`'s own ranks,
+ * whose module then stays in the heap (lib/pages/README.md, "Markdown twins, token counts, content
+ * signals").
  *
- * Loaded when the first Markdown representation is built (the warm-up, or a Markdown request
- * before it), never before the first response (lib/README.md, "Cold start"); each body is counted
- * once, when its representation is built.
+ * The counter is made with the first count (the first Markdown representation built: a Markdown
+ * request, or the warm-up), never for a first response of another kind (lib/README.md, "Cold
+ * start"); each body is counted once, when its representation is built.
  *
  * @module
  */
@@ -150,9 +152,10 @@ async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter>
 }
 
 /**
- * The counter while texts wait to be counted. Let go once none waits, its ranks (4.4 MB outside the heap) freed rather than kept for a count
- * that may never come: each body is counted once, when its representation is built, nearly all of
- * them by the warm-up at once. The next text makes it again, in a few milliseconds.
+ * The counter while texts wait to be counted. Let go once none waits (its file closed, or its ranks
+ * in memory freed) rather than kept for a count that may never come: each body is counted once,
+ * when its representation is built, nearly all of them by the warm-up at once. The next text makes
+ * it again, in about a millisecond.
  */
 let loaded: Promise<Counter> | undefined;
 /** How many texts wait for {@linkcode loaded}. */
