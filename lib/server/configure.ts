@@ -9,6 +9,7 @@ import { type Config, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "../config.
 import { type Content, loadContent } from "../pages/content.ts";
 import { event, fatal, fatalExplained } from "./events.ts";
 import { DISK_STATIC_FILES } from "./static_files.ts";
+import { prepareBuiltRanks } from "./token_ranks.ts";
 
 /** What the process starts with. */
 export interface Configured {
@@ -25,6 +26,9 @@ export interface Configured {
 export async function configure(
   readEnv: (name: string) => string | undefined,
 ): Promise<Configured> {
+  // The first Markdown response finds the token counts' file open and its counts read, off the main
+  // thread meanwhile (`token_ranks.ts`).
+  prepareBuiltRanks();
   // Deno Deploy sets DENO_DEPLOY=true (`onDenoDeploy` in deno_deploy.ts, tested there); that
   // module, with the platform's defaults, is imported on Deploy only (lib/README.md, "Cold start").
   const onDeploy = readEnv("DENO_DEPLOY") === "true";

@@ -43,12 +43,62 @@ const MODULE_PLACE = "../../dist/tokens/o200k_ranks.js";
  * }
  * ```
  */
-export function builtRanks(): Promise<FormReader | boolean> {
+export async function builtRanks(): Promise<FormReader | boolean> {
+  const ahead = prepared;
+  prepared = undefined;
   const url = new URL(PLACE, import.meta.url);
-  return Promise.resolve(
-    (mayRead(url) ? fileReader(url) : undefined) ??
-      mayRead(new URL(MODULE_PLACE, import.meta.url)),
-  );
+  return (ahead ? await ahead : undefined) ?? (mayRead(url) ? fileReader(url) : undefined) ??
+    mayRead(new URL(MODULE_PLACE, import.meta.url));
+}
+
+/** The file {@linkcode prepareBuiltRanks} opened, for the next {@linkcode builtRanks} to take. */
+let prepared: Promise<FormReader | undefined> | undefined;
+
+/** Bytes read ahead from the file's start (its header and split pattern, about 500 bytes). */
+const HEAD_BYTES = 4096;
+/** Bytes read ahead from the file's end (the known counts: 15 KB for the shipped `static/`). */
+const TAIL_BYTES = 65_536;
+
+/**
+ * Opens the file and reads its header, pattern and known counts in the background (Deno's file
+ * operations run off the main thread), so that the first count finds them read: the service calls
+ * it as it starts (`configure.ts`), and the next {@linkcode builtRanks} takes the file. A failure
+ * is left to that count, which opens the file itself.
+ */
+export function prepareBuiltRanks(): void {
+  const url = new URL(PLACE, import.meta.url);
+  if (prepared !== undefined || !mayRead(url)) return;
+  prepared = openAhead(url).catch(() => undefined);
+}
+
+/**
+ * A reader of the file at `url`, opened with its first and last bytes read ahead (the header,
+ * pattern and known counts) and served from memory.
+ */
+export async function openAhead(url: URL): Promise<FormReader> {
+  const file = await Deno.open(url);
+  try {
+    const { size } = await file.stat();
+    const head = await readAt(file, 0, Math.min(size, HEAD_BYTES));
+    const tailAt = Math.max(0, size - TAIL_BYTES);
+    const tail = await readAt(file, tailAt, size - tailAt);
+    return reader(file, [{ at: 0, bytes: head }, { at: tailAt, bytes: tail }]);
+  } catch (error) {
+    file.close();
+    throw error;
+  }
+}
+
+/** `length` bytes of `file` from `at` (fewer at its end). */
+async function readAt(file: Deno.FsFile, at: number, length: number): Promise<Uint8Array> {
+  const bytes = new Uint8Array(length);
+  await file.seek(at, Deno.SeekMode.Start);
+  for (let done = 0; done < length;) {
+    const count = await file.read(bytes.subarray(done));
+    if (count === null) return bytes.subarray(0, done);
+    done += count;
+  }
+  return bytes;
 }
 
 /**
@@ -56,14 +106,22 @@ export function builtRanks(): Promise<FormReader | boolean> {
  * few hundred bytes a chunk), or undefined where it is missing.
  */
 export function fileReader(url: URL): FormReader | undefined {
-  let file: Deno.FsFile;
   try {
-    file = Deno.openSync(url);
+    return reader(Deno.openSync(url), []);
   } catch {
     return undefined;
   }
+}
+
+/** A reader of `file`, which serves the ranges read ahead from memory. */
+function reader(file: Deno.FsFile, ahead: Array<{ at: number; bytes: Uint8Array }>): FormReader {
   return {
     read(at, length) {
+      for (const range of ahead) {
+        if (at >= range.at && at + length <= range.at + range.bytes.length) {
+          return range.bytes.slice(at - range.at, at - range.at + length);
+        }
+      }
       const bytes = new Uint8Array(length);
       file.seekSync(at, Deno.SeekMode.Start);
       for (let done = 0; done < length;) {

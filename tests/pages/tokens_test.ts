@@ -23,7 +23,7 @@ import {
   o200kModule,
   o200kPacked,
 } from "../../lib/build/tokens.ts";
-import { fileReader } from "../../lib/server/token_ranks.ts";
+import { fileReader, openAhead } from "../../lib/server/token_ranks.ts";
 import { O200K_ASCII_SPLIT, O200K_SPLIT } from "../../lib/pages/tokens/split.ts";
 import { bytesOf } from "../../lib/pages/tokens/module.ts";
 import {
@@ -198,15 +198,17 @@ Deno.test("the packed counter equals gpt-tokenizer's countTokens on 3000 texts m
   );
 });
 
-Deno.test("the counter over the build's file read piece by piece equals gpt-tokenizer's count, with the build's known counts and without", async () => {
+Deno.test("the counter over the build's file read piece by piece (read ahead or not) equals gpt-tokenizer's count, with the build's known counts and without", async () => {
   const packed = o200kPacked();
   const known = o200kKnown(packed);
   const dir = await Deno.makeTempDir();
   const file = new URL(`file://${dir}/o200k_ranks.bin`);
   await Deno.writeFile(file, o200kFile(packed, known));
   try {
-    for (const withKnown of [true, false]) {
-      const reader = fileReader(file)!;
+    // Read as the first count finds it (opened and read ahead as the service starts), and as later
+    // counts open it.
+    for (const [withKnown, open] of [[true, openAhead], [false, fileReader]] as const) {
+      const reader = (await open(file))!;
       try {
         const form = readIndexedForm(reader);
         const read = knownCounts(form.known);
