@@ -12,8 +12,15 @@
  * - the RSS after `--hot` seconds (default 5) of a hot caller (`wrk`, 10 connections, one caller,
  *   `GET /api/v1/platform`) on the other core, and the peak RSS then.
  *
+ * With `--cgroup <dir>` (a cgroup v1 memory controller's folder, or a cgroup v2 folder, that this
+ * user may create folders in, e.g. `/sys/fs/cgroup/memory/$(cut -d: -f3 ...)`), each start runs in a
+ * memory cgroup of its own made there, and the peak charged to it (v1 `memory.max_usage_in_bytes`,
+ * v2 `memory.peak`) is read after the warm-up and after the hot caller: what a container's memory
+ * limit is held against. Pages of the `deno` binary that another process brought in are not charged
+ * to it, so it is below the RSS.
+ *
  * Usage:
- *   deno task bench:footprint -- [--rounds 3] [--settle 3] [--hot 5] --base <dir> [--base <dir>]
+ *   deno task bench:footprint -- [--rounds 3] [--settle 3] [--hot 5] [--cgroup <dir>] --base <dir>
  *
  * Only 127.0.0.1 is targeted; every run is bounded by `--hot` and a start-up timeout of 60 s.
  *
@@ -31,6 +38,7 @@ const { values: args } = parseArgs({
     settle: { type: "string", default: "3" },
     hot: { type: "string", default: "5" },
     base: { type: "string", multiple: true, default: [] },
+    cgroup: { type: "string" },
     "server-cpu": { type: "string", default: "0" },
     "client-cpu": { type: "string", default: "1" },
   },
@@ -52,6 +60,50 @@ interface Footprint {
   rssAfterHot: number;
   peakAfterHot: number;
   warmUpMs: number;
+  /** The peak charged to the start's own memory cgroup after the warm-up and after the hot caller. */
+  cgroupAfterWarmUp?: number;
+  cgroupAfterHot?: number;
+}
+
+/** A memory cgroup made for one start, under `--cgroup`. */
+interface MemoryCgroup {
+  dir: string;
+  /** The file of the peak charged: v1 `memory.max_usage_in_bytes`, v2 `memory.peak`. */
+  peakFile: string;
+}
+
+let cgroups = 0;
+
+/**
+ * Runs `command`: the cgroup's folder is made, read and removed by `mkdir`, `cat` and `rmdir`, since
+ * Deno asks for --allow-all to touch /sys.
+ */
+function run(command: string, ...args: string[]): string {
+  const out = new Deno.Command(command, { args, stdout: "piped", stderr: "piped" }).outputSync();
+  if (!out.success) {
+    throw new Error(`${command} ${args.join(" ")}: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return new TextDecoder().decode(out.stdout);
+}
+
+/** Makes a memory cgroup of its own under `parent`. */
+function makeCgroup(parent: string): MemoryCgroup {
+  const dir = `${parent}/footprint-${Deno.pid}-${cgroups++}`;
+  run("mkdir", dir);
+  for (const peakFile of ["memory.max_usage_in_bytes", "memory.peak"]) {
+    // Through `test`: Deno asks for --allow-all to read /sys, as /proc.
+    const found = new Deno.Command("test", { args: ["-e", `${dir}/${peakFile}`] }).outputSync();
+    if (found.success) return { dir, peakFile };
+  }
+  run("rmdir", dir);
+  throw new Error(
+    `${parent} is no memory cgroup folder (no memory.max_usage_in_bytes nor memory.peak)`,
+  );
+}
+
+/** The peak charged to `cgroup`, MiB. */
+function cgroupPeakMiB(cgroup: MemoryCgroup): number {
+  return Number(run("cat", `${cgroup.dir}/${cgroup.peakFile}`).trim()) / 1024 / 1024;
 }
 
 function freePort(): number {
@@ -119,8 +171,21 @@ async function says(stream: ReadableStream<Uint8Array>, text: string): Promise<b
 /** Starts `dir`'s `deno task start`, measures it, stops it. */
 async function measure(dir: string): Promise<Footprint> {
   const port = freePort();
-  const task = new Deno.Command("taskset", {
-    args: ["-c", args["server-cpu"], Deno.execPath(), "task", "--quiet", "start"],
+  const cgroup = args.cgroup === undefined ? undefined : makeCgroup(args.cgroup);
+  const command = [
+    "taskset",
+    "-c",
+    args["server-cpu"],
+    Deno.execPath(),
+    "task",
+    "--quiet",
+    "start",
+  ];
+  // In its cgroup from its first instruction: the shell moves itself there, then becomes the task.
+  const task = new Deno.Command(cgroup ? "sh" : command[0]!, {
+    args: cgroup
+      ? ["-c", `echo $$ > '${cgroup.dir}/cgroup.procs' && exec "$@"`, "sh", ...command]
+      : command.slice(1),
     cwd: dir,
     env: {
       ...HOT_CALLER_ENV,
@@ -151,6 +216,7 @@ async function measure(dir: string): Promise<Footprint> {
     if (!warmedUp) throw new Error(`${dir}: the service did not log its warm-up within 60 s`);
     const warmUpMs = performance.now() - started;
     const peakAfterWarmUp = await statusMiB(service, "VmHWM");
+    const cgroupAfterWarmUp = cgroup && cgroupPeakMiB(cgroup);
     await new Promise((resolve) => setTimeout(resolve, settle * 1000));
     const rssSettled = await statusMiB(service, "VmRSS");
     const wrk = await new Deno.Command("taskset", {
@@ -162,12 +228,24 @@ async function measure(dir: string): Promise<Footprint> {
     if (!wrk.success) throw new Error(`wrk failed: ${new TextDecoder().decode(wrk.stderr)}`);
     const rssAfterHot = await statusMiB(service, "VmRSS");
     const peakAfterHot = await statusMiB(service, "VmHWM");
-    return { rssListening, peakAfterWarmUp, rssSettled, rssAfterHot, peakAfterHot, warmUpMs };
+    const cgroupAfterHot = cgroup && cgroupPeakMiB(cgroup);
+    return {
+      rssListening,
+      peakAfterWarmUp,
+      rssSettled,
+      rssAfterHot,
+      peakAfterHot,
+      warmUpMs,
+      ...(cgroupAfterWarmUp !== undefined && cgroupAfterHot !== undefined
+        ? { cgroupAfterWarmUp, cgroupAfterHot }
+        : {}),
+    };
   } finally {
     try {
       Deno.kill(await serviceOf(task.pid), "SIGTERM");
     } catch { /* already gone */ }
     await task.status;
+    if (cgroup) run("rmdir", cgroup.dir);
   }
 }
 
@@ -200,6 +278,10 @@ const rows: Array<[string, (f: Footprint) => number]> = [
   [`RSS after ${hot} s of a hot caller (wrk, 10 connections), MiB`, (f) => f.rssAfterHot],
   ["peak RSS (VmHWM) after the hot caller, MiB", (f) => f.peakAfterHot],
   ["start to warmed up, ms", (f) => f.warmUpMs],
+  ...(args.cgroup === undefined ? [] : [
+    ["peak charged to its memory cgroup after the warm-up, MiB", (f) => f.cgroupAfterWarmUp!],
+    ["peak charged to its memory cgroup after the hot caller, MiB", (f) => f.cgroupAfterHot!],
+  ] satisfies Array<[string, (f: Footprint) => number]>),
 ];
 console.log(`\nmedian [min–max] of ${rounds} starts each, one after the other\n`);
 console.log(`| | ${checkouts.map((dir, i) => i === 0 ? "this checkout" : dir).join(" | ")} |`);
