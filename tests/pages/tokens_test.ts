@@ -224,6 +224,19 @@ Deno.test("the counter over the build's file read piece by piece (read ahead or 
     await Deno.remove(dir, { recursive: true });
   }
   assert.equal(fileReader(file), undefined, "a missing file: no reader");
+  // A form cut short, and a reader that reaches the start and the end but cannot seek between.
+  const form = o200kFile(packed, known);
+  assert.throws(
+    () => readIndexedForm(memoryReader(form.subarray(0, form.length - 100))),
+    /not as long as said|not an indexed form/,
+  );
+  const ends = memoryReader(form);
+  const noSeek = {
+    read: (at: number, length: number) =>
+      at < 4096 || at + length > form.length - 65_536 ? ends.read(at, length) : new Uint8Array(0),
+    close: () => {},
+  };
+  assert.throws(() => readIndexedForm(noSeek), /not as long as said/);
   assert.throws(
     () => readIndexedForm(memoryReader(new Uint8Array(64))),
     /not an indexed form of ranks of this version/,

@@ -333,7 +333,14 @@ export function readIndexedForm(
   const packedAt = slotsAt + 4 * count!;
   const knownAt = packedAt + packedLength!;
   const known = reader.read(knownAt, knownLength!);
-  if (known.length !== knownLength || count! & (count! - 1)) {
+  // The packed ranks open with their number (`packRanks`): read from the middle of the form, it
+  // checks that the header says where they are, and that the reader can reach them (a platform's
+  // file that reads its start and end but cannot seek fails here, not in the middle of a count).
+  const packedSize = reader.read(packedAt, 4);
+  if (
+    known.length !== knownLength || count! & (count! - 1) || packedSize.length !== 4 ||
+    new DataView(packedSize.buffer).getUint32(0, true) !== size
+  ) {
     throw new Error("the indexed ranks are not as long as said");
   }
   const mask = count! - 1;
