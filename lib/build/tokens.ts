@@ -86,9 +86,9 @@ export function o200kKnown(
   const chunksOf = splitter(O200K_TOKEN_SPLIT_REGEX);
   const known = new Map<string, number>();
   for (const body of bodies) {
-    for (const chunk of chunksOf(body)) {
+    chunksOf(body, (chunk) => {
       if (!known.has(chunk)) known.set(chunk, chunkCount(table, chunk));
-    }
+    });
   }
   return known;
 }
@@ -109,14 +109,25 @@ export function o200kFile(
   return indexedForm(indexRanks(packed), O200K_TOKEN_SPLIT_REGEX, known);
 }
 
+/**
+ * Writes `bytes` to `url` through a file beside it renamed over it: a service running from this
+ * checkout reads the ranks file piece by piece, and a file rewritten in place under its open handle
+ * would give it other bytes than its index says (the rename leaves it the file it opened).
+ */
+function writeAtomically(url: URL, bytes: Uint8Array): void {
+  const temporary = new URL(`${url.href}.${Deno.pid}.tmp`);
+  Deno.writeFileSync(temporary, bytes);
+  Deno.renameSync(temporary, url);
+}
+
 if (import.meta.main) {
   const packed = o200kPacked();
   const known = o200kKnown(packed);
   Deno.mkdirSync(new URL(".", MODULE_OUTPUT), { recursive: true });
-  Deno.writeTextFileSync(MODULE_OUTPUT, o200kModule(packed, known));
+  writeAtomically(MODULE_OUTPUT, new TextEncoder().encode(o200kModule(packed, known)));
   const file = o200kFile(packed, known);
   for (const output of FILE_OUTPUTS) {
     Deno.mkdirSync(new URL(".", output), { recursive: true });
-    Deno.writeFileSync(output, file);
+    writeAtomically(output, file);
   }
 }

@@ -106,7 +106,8 @@ async function builtModule(): Promise<Ranks | undefined> {
   return inMemory(
     () => indexRanks(bytesOf(built.RANKS)),
     { source: built.SPLIT, flags: built.SPLIT_FLAGS },
-    knownCounts(built.KNOWN),
+    // An older build's module has no counts: it counts all the same.
+    typeof built.KNOWN === "string" ? knownCounts(built.KNOWN) : new Map(),
   );
 }
 
@@ -141,7 +142,8 @@ function fromFile(reader: FormReader): Ranks | undefined {
 
 /**
  * The counter: from the build's file (Deno), else its module, else the package's ranks (where
- * neither was built, or the file is an older build's: the counts are the same, the memory more).
+ * neither was built, or the file is an older build's or cut: the counts are the same, the memory
+ * more).
  */
 async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter> {
   const found = builtRanks ? await builtRanks() : true;
@@ -150,6 +152,9 @@ async function makeCounter(builtRanks: BuiltRanks | undefined): Promise<Counter>
       (found === true ? await builtModule() : undefined) ?? await packageRanks();
   return { count: tokenCounter(table, split, known), release };
 }
+
+/** Where the counter finds nothing built: it packs the package's ranks. */
+const NOTHING_BUILT: BuiltRanks = () => Promise.resolve(false);
 
 /**
  * The counter while texts wait to be counted. Let go once none waits (its file closed, or its ranks
@@ -178,6 +183,15 @@ export async function countTokens(text: string, options: CountOptions = {}): Pro
   const counter = loaded ??= makeCounter(options.builtRanks);
   try {
     return (await counter).count(text);
+  } catch (error) {
+    // The build's file failing under a count (cut since it was opened, its table broken): counted
+    // from the package's ranks instead, as where nothing was built, never to a wrong number.
+    if (options.builtRanks === undefined || options.builtRanks === NOTHING_BUILT) throw error;
+    if (loaded === counter) {
+      loaded = undefined;
+      counter.then((made) => made.release(), () => {});
+    }
+    return await countTokens(text, { builtRanks: NOTHING_BUILT });
   } finally {
     // Let go a moment after the last count, unless another came meanwhile (the Markdown 404 is
     // counted just after the first body), and never before this count is answered. `later`:

@@ -56,7 +56,7 @@ let prepared: Promise<FormReader | undefined> | undefined;
 
 /** Bytes read ahead from the file's start (its header and split pattern, about 500 bytes). */
 const HEAD_BYTES = 4096;
-/** Bytes read ahead from the file's end (the known counts: 15 KB for the shipped `static/`). */
+/** Bytes read ahead from the file's end (the known counts: 13 KB for the shipped `static/`). */
 const TAIL_BYTES = 65_536;
 
 /**
@@ -66,9 +66,13 @@ const TAIL_BYTES = 65_536;
  * is left to that count, which opens the file itself.
  */
 export function prepareBuiltRanks(): void {
-  const url = new URL(PLACE, import.meta.url);
-  if (prepared !== undefined || !mayRead(url)) return;
-  prepared = openAhead(url).catch(() => undefined);
+  if (prepared !== undefined) return;
+  try {
+    const url = new URL(PLACE, import.meta.url);
+    if (mayRead(url)) prepared = openAhead(url).catch(() => undefined);
+  } catch {
+    // No permission to ask about (a module that is no file): the first count finds its ranks.
+  }
 }
 
 /**

@@ -60,7 +60,7 @@ export function chunkCount(table: RankTable, chunk: string): number {
 /**
  * A counter of the tokens of a text: `split` cuts it into chunks (`gpt-tokenizer`'s split pattern
  * of the encoding: ASCII text by its ASCII form, `split.ts`), `table` holds the encoding's ranks, and
- * `known` the counts of chunks counted before (the build's, `o200kChunks()` of lib/build/tokens.ts),
+ * `known` the counts of chunks counted before (the build's, `o200kKnown()` of lib/build/tokens.ts),
  * which a chunk found there is not merged again for.
  *
  * @example
@@ -85,7 +85,7 @@ export function tokenCounter(
   const chunksOf = splitter(split);
   return (text) => {
     let count = 0;
-    for (const chunk of chunksOf(text)) count += known.get(chunk) ?? chunkCount(table, chunk);
+    chunksOf(text, (chunk) => count += known.get(chunk) ?? chunkCount(table, chunk));
     return count;
   };
 }

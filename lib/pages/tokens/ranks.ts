@@ -301,7 +301,9 @@ export function memoryReader(bytes: Uint8Array): FormReader {
  * header, the pattern and the known counts at once, then only the slots, offsets and bytes that
  * lookups touch (a few hundred bytes for a chunk, where the whole form is 4.4 MB). The counter
  * needs the ranks only for the chunks the build did not count (those a configuration brings), so
- * the form is never read whole, and its memory never taken.
+ * the form is not read whole, and its memory not taken; text the build never saw (a `static/`
+ * edited since, a body in other scripts) needs many lookups, and after {@linkcode PIECEMEAL_READS}
+ * reads the rest of the form is read at once and looked up in memory, as fast as the ranks packed.
  *
  * @example
  * ```ts
@@ -315,64 +317,111 @@ export function memoryReader(bytes: Uint8Array): FormReader {
  * assert.equal(knownCounts(form.known).get("abab"), 2);
  * ```
  *
- * @throws Error when the bytes are no indexed form of this version and byte order
+ * @throws Error when the bytes are no indexed form of this version and byte order, or are cut
+ *   short; its lookups throw when a read comes back short (the file cut since) or the table is
+ *   not one (no empty slot, a rank out of range)
  */
 export function readIndexedForm(
   reader: FormReader,
 ): { table: RankTable; split: SplitPattern; known: string } {
-  const header = new Uint32Array(reader.read(0, 4 * HEADER).buffer);
-  if (header.length !== HEADER || header[0] !== MAGIC) {
+  /** `length` bytes from `at`, all of them. */
+  const read = (at: number, length: number): Uint8Array => {
+    const bytes = reader.read(at, length);
+    if (bytes.length !== length) throw new Error("the indexed ranks are not as long as said");
+    return bytes;
+  };
+  const u32 = (at: number, n: number) => {
+    const bytes = read(at, 4 * n);
+    return new Uint32Array(bytes.buffer, bytes.byteOffset, n);
+  };
+  const header = reader.read(0, 4 * HEADER);
+  if (header.length !== 4 * HEADER || u32(0, 1)[0] !== MAGIC) {
     throw new Error(
       "not an indexed form of ranks of this version and byte order (deno task build:tokens writes it)",
     );
   }
-  const [, size, count, packedLength, patternLength, knownLength] = header as unknown as number[];
-  const text = new TextDecoder().decode(reader.read(4 * HEADER, patternLength!));
-  const offsetsAt = 4 * HEADER + Math.ceil(patternLength! / 4) * 4;
-  const slotsAt = offsetsAt + 4 * (size! + 1);
-  const packedAt = slotsAt + 4 * count!;
-  const knownAt = packedAt + packedLength!;
-  const known = reader.read(knownAt, knownLength!);
+  const [, size, count, packedLength, patternLength, knownLength] = u32(0, HEADER) as unknown as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  const text = new TextDecoder().decode(read(4 * HEADER, patternLength));
+  const slash = text.indexOf("/");
+  const offsetsAt = 4 * HEADER + Math.ceil(patternLength / 4) * 4;
+  const slotsAt = offsetsAt + 4 * (size + 1);
+  const packedAt = slotsAt + 4 * count;
+  const knownAt = packedAt + packedLength;
+  const known = read(knownAt, knownLength);
   // The packed ranks open with their number (`packRanks`): read from the middle of the form, it
   // checks that the header says where they are, and that the reader can reach them (a platform's
   // file that reads its start and end but cannot seek fails here, not in the middle of a count).
-  const packedSize = reader.read(packedAt, 4);
+  const packedSize = read(packedAt, 4);
   if (
-    known.length !== knownLength || count! & (count! - 1) || packedSize.length !== 4 ||
-    new DataView(packedSize.buffer).getUint32(0, true) !== size
+    slash < 0 || count < 2 * size || count & (count - 1) ||
+    new DataView(packedSize.buffer, packedSize.byteOffset).getUint32(0, true) !== size
   ) {
     throw new Error("the indexed ranks are not as long as said");
   }
-  const mask = count! - 1;
-  const u32 = (at: number, n: number) => new Uint32Array(reader.read(at, 4 * n).buffer);
-  const slash = text.indexOf("/");
+  const mask = count - 1;
+  let reads = 0;
+  let inMemory: RankTable | undefined;
+  const piecemeal: RankTable = {
+    rankOf(bytes, start, end) {
+      const length = end - start;
+      // Linear probing reads on from the slot, a few slots at a time (most lookups need one); a
+      // table has empty slots (twice the ranks), so the probe ends within `count` slots.
+      let slot = hashOf(bytes, start, end) & mask;
+      for (let probed = 0; probed < count;) {
+        const run = Math.min(SLOTS_READ, count - slot);
+        const entries = u32(slotsAt + 4 * slot, run);
+        reads++;
+        for (let i = 0; i < run; i++) {
+          const entry = entries[i]!;
+          if (entry === 0) return -1;
+          if (entry > size) throw new Error("the indexed ranks' table names no rank");
+          const [from, to] = u32(offsetsAt + 4 * (entry - 1), 2) as unknown as [number, number];
+          reads++;
+          if (to - from !== length) continue;
+          const token = read(packedAt + from, length);
+          reads++;
+          let j = 0;
+          while (j < length && token[j] === bytes[start + j]) j++;
+          if (j === length) return entry - 1;
+        }
+        probed += run;
+        slot = (slot + run) & mask;
+      }
+      throw new Error("the indexed ranks' table has no empty slot");
+    },
+  };
   return {
     table: {
       rankOf(bytes, start, end) {
-        const length = end - start;
-        // Linear probing reads on from the slot: a few slots at a time (most lookups need one).
-        let slot = hashOf(bytes, start, end) & mask;
-        for (;;) {
-          const run = Math.min(SLOTS_READ, count! - slot);
-          const entries = u32(slotsAt + 4 * slot, run);
-          for (let i = 0; i < run; i++) {
-            const entry = entries[i]!;
-            if (entry === 0) return -1;
-            const [from, to] = u32(offsetsAt + 4 * (entry - 1), 2) as unknown as number[];
-            if (to! - from! !== length) continue;
-            const token = reader.read(packedAt + from!, length);
-            let j = 0;
-            while (j < length && token[j] === bytes[start + j]) j++;
-            if (j === length) return entry - 1;
-          }
-          slot = (slot + run) & mask;
+        if (inMemory === undefined && reads > PIECEMEAL_READS) {
+          const form = read(0, knownAt);
+          inMemory = rankTable({
+            offsets: new Uint32Array(form.buffer, form.byteOffset + offsetsAt, size + 1),
+            slots: new Int32Array(form.buffer, form.byteOffset + slotsAt, count),
+            packed: form.subarray(packedAt, knownAt),
+          });
         }
+        return (inMemory ?? piecemeal).rankOf(bytes, start, end);
       },
     },
     split: { source: text.slice(slash + 1), flags: text.slice(0, slash) },
     known: new TextDecoder().decode(known),
   };
 }
+
+/**
+ * Reads of a form looked up piece by piece after which the rest is read at once: about a
+ * millisecond of reads (a configuration's chunks need a few hundred), where reading the whole form
+ * takes three.
+ */
+export const PIECEMEAL_READS = 2_000;
 
 /** Slots read at once by {@linkcode readIndexedForm}'s lookups. */
 const SLOTS_READ = 4;

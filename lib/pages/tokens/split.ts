@@ -45,32 +45,38 @@ export const O200K_ASCII_SPLIT: SplitPattern = {
 const NOT_ASCII = /[\u0080-\uffff]/;
 
 /**
- * The chunks of a text by `pattern`: by {@linkcode O200K_ASCII_SPLIT} where `pattern` is
- * {@linkcode O200K_SPLIT} and the text is ASCII, else by `pattern` (each compiled when first used).
+ * A splitter by `pattern`: calls `each` with every chunk of a text, in order, by
+ * {@linkcode O200K_ASCII_SPLIT} where `pattern` is {@linkcode O200K_SPLIT} and the text is ASCII,
+ * else by `pattern` (each compiled when first used). One chunk at a time: none is kept.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * const chunks = splitter(O200K_SPLIT);
- * assert.deepEqual(chunks("It's 2026, Ünïcode!"), ["It's", " ", "202", "6", ",", " Ünïcode", "!"]);
- * assert.deepEqual(chunks("It's 2026, Unicode!"), ["It's", " ", "202", "6", ",", " Unicode", "!"]);
+ * const split = splitter(O200K_SPLIT);
+ * const chunksOf = (text: string) => {
+ *   const chunks: string[] = [];
+ *   split(text, (chunk) => chunks.push(chunk));
+ *   return chunks;
+ * };
+ * assert.deepEqual(chunksOf("It's 2026, Ünïcode!"), ["It's", " ", "202", "6", ",", " Ünïcode", "!"]);
+ * assert.deepEqual(chunksOf("It's 2026, Unicode!"), ["It's", " ", "202", "6", ",", " Unicode", "!"]);
  * ```
  */
-export function splitter(pattern: SplitPattern): (text: string) => string[] {
+export function splitter(
+  pattern: SplitPattern,
+): (text: string, each: (chunk: string) => void) => void {
   const asciiToo = pattern.source === O200K_SPLIT.source && pattern.flags === O200K_SPLIT.flags;
   let full: RegExp | undefined;
   let ascii: RegExp | undefined;
-  return (text) => {
+  return (text, each) => {
     const split = asciiToo && !NOT_ASCII.test(text)
       ? ascii ??= new RegExp(O200K_ASCII_SPLIT.source, O200K_ASCII_SPLIT.flags)
       : full ??= new RegExp(pattern.source, pattern.flags);
-    const chunks: string[] = [];
     split.lastIndex = 0;
     for (let found = split.exec(text); found !== null; found = split.exec(text)) {
       // (A pattern that matches nothing, which the encodings' never do, moves on a character.)
       if (found[0] === "") split.lastIndex++;
-      else chunks.push(found[0]);
+      else each(found[0]);
     }
-    return chunks;
   };
 }
