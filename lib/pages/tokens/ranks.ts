@@ -324,32 +324,79 @@ export function memoryReader(bytes: Uint8Array): FormReader {
 export function readIndexedForm(
   reader: FormReader,
 ): { table: RankTable; split: SplitPattern; known: string } {
-  /** `length` bytes from `at`, all of them. */
-  const read = (at: number, length: number): Uint8Array => {
+  const read = strictReads(reader);
+  const form = layoutOf(reader, read);
+  let reads = 0;
+  let inMemory: RankTable | undefined;
+  const piecemeal = piecemealTable(read, form, () => reads++);
+  const slash = form.pattern.indexOf("/");
+  return {
+    table: {
+      rankOf(bytes, start, end) {
+        if (inMemory === undefined && reads > PIECEMEAL_READS) {
+          const whole = read(0, form.knownAt);
+          inMemory = rankTable({
+            offsets: new Uint32Array(
+              whole.buffer,
+              whole.byteOffset + form.offsetsAt,
+              form.size + 1,
+            ),
+            slots: new Int32Array(whole.buffer, whole.byteOffset + form.slotsAt, form.count),
+            packed: whole.subarray(form.packedAt, form.knownAt),
+          });
+        }
+        return (inMemory ?? piecemeal).rankOf(bytes, start, end);
+      },
+    },
+    split: { source: form.pattern.slice(slash + 1), flags: form.pattern.slice(0, slash) },
+    known: new TextDecoder().decode(form.known),
+  };
+}
+
+/** Reads `length` bytes from `at`, all of them, or throws. */
+type StrictRead = (at: number, length: number) => Uint8Array;
+
+/** `reader`'s reads, a short one refused (the file cut since its index was read). */
+function strictReads(reader: FormReader): StrictRead {
+  return (at, length) => {
     const bytes = reader.read(at, length);
     if (bytes.length !== length) throw new Error("the indexed ranks are not as long as said");
     return bytes;
   };
-  const u32 = (at: number, n: number) => {
-    const bytes = read(at, 4 * n);
-    return new Uint32Array(bytes.buffer, bytes.byteOffset, n);
-  };
+}
+
+/** `n` `u32` read from `at`. */
+function u32(read: StrictRead, at: number, n: number): Uint32Array {
+  const bytes = read(at, 4 * n);
+  return new Uint32Array(bytes.buffer, bytes.byteOffset, n);
+}
+
+/** Where an indexed form's parts are, its pattern and its known counts' bytes. */
+interface FormLayout {
+  size: number;
+  count: number;
+  offsetsAt: number;
+  slotsAt: number;
+  packedAt: number;
+  knownAt: number;
+  pattern: string;
+  known: Uint8Array;
+}
+
+/** The layout of the form `reader` reads, checked as far as reading a few bytes can. */
+function layoutOf(reader: FormReader, read: StrictRead): FormLayout {
   const header = reader.read(0, 4 * HEADER);
-  if (header.length !== 4 * HEADER || u32(0, 1)[0] !== MAGIC) {
+  if (header.length !== 4 * HEADER || u32(read, 0, 1)[0] !== MAGIC) {
     throw new Error(
       "not an indexed form of ranks of this version and byte order (deno task build:tokens writes it)",
     );
   }
-  const [, size, count, packedLength, patternLength, knownLength] = u32(0, HEADER) as unknown as [
-    number,
-    number,
-    number,
-    number,
-    number,
-    number,
-  ];
-  const text = new TextDecoder().decode(read(4 * HEADER, patternLength));
-  const slash = text.indexOf("/");
+  const [, size, count, packedLength, patternLength, knownLength] = u32(
+    read,
+    0,
+    HEADER,
+  ) as unknown as [number, number, number, number, number, number];
+  const pattern = new TextDecoder().decode(read(4 * HEADER, patternLength));
   const offsetsAt = 4 * HEADER + Math.ceil(patternLength / 4) * 4;
   const slotsAt = offsetsAt + 4 * (size + 1);
   const packedAt = slotsAt + 4 * count;
@@ -360,15 +407,19 @@ export function readIndexedForm(
   // file that reads its start and end but cannot seek fails here, not in the middle of a count).
   const packedSize = read(packedAt, 4);
   if (
-    slash < 0 || count < 2 * size || count & (count - 1) ||
+    !pattern.includes("/") || count < 2 * size || count & (count - 1) ||
     new DataView(packedSize.buffer, packedSize.byteOffset).getUint32(0, true) !== size
   ) {
     throw new Error("the indexed ranks are not as long as said");
   }
+  return { size, count, offsetsAt, slotsAt, packedAt, knownAt, pattern, known };
+}
+
+/** The lookup of a form's ranks read by `read` piece by piece; `onRead` is told of each read. */
+function piecemealTable(read: StrictRead, form: FormLayout, onRead: () => void): RankTable {
+  const { size, count, offsetsAt, slotsAt, packedAt } = form;
   const mask = count - 1;
-  let reads = 0;
-  let inMemory: RankTable | undefined;
-  const piecemeal: RankTable = {
+  return {
     rankOf(bytes, start, end) {
       const length = end - start;
       // Linear probing reads on from the slot, a few slots at a time (most lookups need one); a
@@ -376,17 +427,20 @@ export function readIndexedForm(
       let slot = hashOf(bytes, start, end) & mask;
       for (let probed = 0; probed < count;) {
         const run = Math.min(SLOTS_READ, count - slot);
-        const entries = u32(slotsAt + 4 * slot, run);
-        reads++;
+        const entries = u32(read, slotsAt + 4 * slot, run);
+        onRead();
         for (let i = 0; i < run; i++) {
           const entry = entries[i]!;
           if (entry === 0) return -1;
           if (entry > size) throw new Error("the indexed ranks' table names no rank");
-          const [from, to] = u32(offsetsAt + 4 * (entry - 1), 2) as unknown as [number, number];
-          reads++;
+          const [from, to] = u32(read, offsetsAt + 4 * (entry - 1), 2) as unknown as [
+            number,
+            number,
+          ];
+          onRead();
           if (to - from !== length) continue;
           const token = read(packedAt + from, length);
-          reads++;
+          onRead();
           let j = 0;
           while (j < length && token[j] === bytes[start + j]) j++;
           if (j === length) return entry - 1;
@@ -396,23 +450,6 @@ export function readIndexedForm(
       }
       throw new Error("the indexed ranks' table has no empty slot");
     },
-  };
-  return {
-    table: {
-      rankOf(bytes, start, end) {
-        if (inMemory === undefined && reads > PIECEMEAL_READS) {
-          const form = read(0, knownAt);
-          inMemory = rankTable({
-            offsets: new Uint32Array(form.buffer, form.byteOffset + offsetsAt, size + 1),
-            slots: new Int32Array(form.buffer, form.byteOffset + slotsAt, count),
-            packed: form.subarray(packedAt, knownAt),
-          });
-        }
-        return (inMemory ?? piecemeal).rankOf(bytes, start, end);
-      },
-    },
-    split: { source: text.slice(slash + 1), flags: text.slice(0, slash) },
-    known: new TextDecoder().decode(known),
   };
 }
 
