@@ -385,17 +385,23 @@ interface FormLayout {
 
 /** The layout of the form `reader` reads, checked as far as reading a few bytes can. */
 function layoutOf(reader: FormReader, read: StrictRead): FormLayout {
-  const header = reader.read(0, 4 * HEADER);
-  if (header.length !== 4 * HEADER || u32(read, 0, 1)[0] !== MAGIC) {
+  const bytes = reader.read(0, 4 * HEADER);
+  const header = bytes.length === 4 * HEADER
+    ? new Uint32Array(bytes.buffer, bytes.byteOffset, HEADER)
+    : undefined;
+  if (header?.[0] !== MAGIC) {
     throw new Error(
       "not an indexed form of ranks of this version and byte order (deno task build:tokens writes it)",
     );
   }
-  const [, size, count, packedLength, patternLength, knownLength] = u32(
-    read,
-    0,
-    HEADER,
-  ) as unknown as [number, number, number, number, number, number];
+  const [, size, count, packedLength, patternLength, knownLength] = header as unknown as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   const pattern = new TextDecoder().decode(read(4 * HEADER, patternLength));
   const offsetsAt = 4 * HEADER + Math.ceil(patternLength / 4) * 4;
   const slotsAt = offsetsAt + 4 * (size + 1);
