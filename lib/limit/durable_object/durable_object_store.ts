@@ -61,8 +61,10 @@ export interface DurableObjectStoreOptions {
   onError: StoreFailurePolicy;
   /** Receives the start and the end of every incident. */
   onIncident?: (incident: StoreIncident) => void;
-  /** How long to leave a failing namespace alone before probing it again, in ms (default 1000). */
+  /** How long to leave a failing object (or namespace) alone before probing it again, in ms (default 1000). */
   probeIntervalMs?: number;
+  /** The steady clock refusals are remembered by (default `performance.now`; tests set it). */
+  steadyClock?: () => number;
   /**
    * A fixed number of objects, each owning the callers whose key hashes to it; omitted (the
    * default), each caller has an object of its own.
@@ -114,6 +116,7 @@ export function createDurableObjectStore<Id>(
     onError: options.onError,
     ...(options.onIncident ? { onIncident: options.onIncident } : {}),
     ...(options.probeIntervalMs !== undefined ? { probeIntervalMs: options.probeIntervalMs } : {}),
+    ...(options.steadyClock ? { steadyClock: options.steadyClock } : {}),
   });
 }
 
