@@ -101,6 +101,8 @@ export interface GuardOptions {
   memoRefusals?: boolean;
   /** The steady clock the memo of refusals runs by, in ms (default `performance.now`). */
   steadyClock?: () => number;
+  /** How much faster than the steady clock the store's clock may run (see `RefusalMemoOptions`). */
+  storeClockRate?: number;
 }
 
 /** Most objects whose failures a {@linkcode GuardedStore} keeps apart at once (about 1 KB each). */
@@ -192,7 +194,9 @@ export class GuardedStore implements RateLimitStore {
         : { minFailingKeys: NAMESPACE_MIN_FAILING_OBJECTS, windowCalls: 100, ...breaker },
     );
     this.#objects = this.#scopeOf === undefined ? undefined : new ObjectBreakers(breaker);
-    this.#memo = options.memoRefusals === false ? undefined : new RefusalMemo();
+    this.#memo = options.memoRefusals === false
+      ? undefined
+      : new RefusalMemo({ clockRate: options.storeClockRate ?? 0 });
     this.#steady = options.steadyClock ?? (() => performance.now());
     const { limit, windowMs } = options.policy;
     this.#freshWindow = { allowed: true, remaining: limit, resetSeconds: 0 };

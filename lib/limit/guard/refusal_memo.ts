@@ -13,7 +13,12 @@
  * it ends, the store is asked again. Its answers count down as the store's would: `remaining` 0,
  * `resetSeconds` the milliseconds left rounded up, `Retry-After` the same.
  *
- * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 120 bytes each: well under 2 MB); a new
+ * A store whose deciding clock may run faster than the steady clock (Deno KV's stamps, slewing to
+ * a step of the wall clock) is held shorter by that rate (`clockRate`). A step of the store's own
+ * clock during a refusal (Redis's server clock stepped by NTP) is not seen; the store itself would
+ * move every caller's window by it.
+ *
+ * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 150 bytes each: about 1.5 MB); a new
  * one beyond it evicts the one remembered longest ago, which only costs that caller a store call.
  *
  * @module
@@ -28,6 +33,13 @@ export const MAX_REFUSALS = 10_000;
 export interface RefusalMemoOptions {
   /** Most callers remembered (default {@linkcode MAX_REFUSALS}). */
   maxCallers?: number;
+  /**
+   * How much faster than the steady clock the clock that decides may run, as a fraction (Deno KV's
+   * stamps follow a step of the wall clock at up to 2%: 0.02): a refusal of `resetMs` is then held
+   * `resetMs / (1 + rate)` only, so that it never outlasts the store's (default 0: the store's
+   * clock runs at the steady clock's rate, as Redis's and a Durable Object's do between steps).
+   */
+  clockRate?: number;
 }
 
 /**
@@ -46,8 +58,12 @@ export interface RefusalMemoOptions {
  */
 export class RefusalMemo {
   readonly #maxCallers: number;
-  /** Caller key to the steady-clock instant its refusal ends, oldest first. */
-  readonly #until = new Map<string, number>();
+  readonly #rate: number;
+  /**
+   * Caller key to the steady-clock instants its refusal ends as the store counts it (the fields'
+   * count-down) and as this memo holds it (never later), oldest first.
+   */
+  readonly #until = new Map<string, { reset: number; end: number }>();
 
   /** Creates an empty memo. */
   constructor(options: RefusalMemoOptions = {}) {
@@ -55,7 +71,10 @@ export class RefusalMemo {
     if (!(Number.isInteger(max) && max >= 1)) {
       throw new RangeError("maxCallers must be a whole number from 1");
     }
+    const rate = options.clockRate ?? 0;
+    if (!(rate >= 0 && rate < 1)) throw new RangeError("clockRate must be from 0 to under 1");
     this.#maxCallers = max;
+    this.#rate = rate;
   }
 
   /** How many callers are remembered now (expired ones included until looked up or evicted). */
@@ -73,18 +92,18 @@ export class RefusalMemo {
     const map = this.#until;
     map.delete(key); // re-inserted last: the eviction order is the order of remembering
     if (map.size >= this.#maxCallers) map.delete(map.keys().next().value!);
-    map.set(key, startedAt + resetMs);
+    map.set(key, { reset: startedAt + resetMs, end: startedAt + resetMs / (1 + this.#rate) });
   }
 
   /** The refusal of `key` at `now` (steady clock, ms), if it still holds; forgets it once over. */
   recall(key: string, now: number): Decision | undefined {
     const until = this.#until.get(key);
     if (until === undefined) return undefined;
-    const left = until - now;
-    if (left <= 0) {
+    if (now >= until.end) {
       this.#until.delete(key);
       return undefined;
     }
+    const left = until.reset - now;
     return withResetMs(
       { allowed: false, remaining: 0, resetSeconds: Math.ceil(left / 1000) },
       left,

@@ -261,3 +261,21 @@ Deno.test("Deno KV, exact: a refused caller is answered from memory without a KV
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a store whose clock may run faster than the steady one (Deno KV slewing by up to 2%) is held that much shorter, its fields still counted down as the store's", () => {
+  const memo = new RefusalMemo({ clockRate: 0.02 });
+  const refusal = Object.defineProperty(
+    { allowed: false, remaining: 0, resetSeconds: 51 },
+    "resetMs",
+    { value: 51_000 },
+  ) as Decision;
+  memo.remember("192.0.2.20", 0, refusal);
+  assert.deepEqual(fields(memo.recall("192.0.2.20", 49_999)!), {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: 2,
+  });
+  // 51,000 ms of a clock 2% fast are 50,000 ms of the steady clock: the memo ends there.
+  assert.equal(memo.recall("192.0.2.20", 50_000), undefined);
+  assert.throws(() => new RefusalMemo({ clockRate: 1 }), RangeError);
+});
