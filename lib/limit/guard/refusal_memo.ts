@@ -18,8 +18,9 @@
  * clock during a refusal (Redis's server clock stepped by NTP) is not seen; the store itself would
  * move every caller's window by it.
  *
- * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 160 bytes each with an IPv6 /64 key, measured: 1.6 MB); a new
- * one beyond it evicts the one remembered longest ago, which only costs that caller a store call.
+ * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 160 bytes each with an IPv6 /64 key,
+ * measured: 1.6 MB); a new one beyond it evicts the one remembered longest ago, which only costs
+ * that caller a store call.
  *
  * @module
  */
