@@ -8,7 +8,8 @@
  * leaves the window: `resetMs` after the store decided ({@linkcode Decision.resetMs}). The store
  * decided at some instant between the call's start and its answer, so the memo holds from the
  * call's start, by this instance's steady clock (`performance.now()`, which no step of the wall
- * clock moves): it ends at or before the store's refusal does, however long the round trip took,
+ * clock moves; on workerd it is `Date.now()`, `timeOrigin` 0, measured: the clock the object
+ * decides by too): it ends at or before the store's refusal does, however long the round trip took,
  * and whatever the store's clock reads (Redis `TIME`, the object's clock). At the exact instant
  * it ends, the store is asked again. Its answers count down as the store's would: `remaining` 0,
  * `resetSeconds` the milliseconds left rounded up, `Retry-After` the same.
