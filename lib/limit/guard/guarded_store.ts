@@ -105,7 +105,7 @@ export interface GuardOptions {
   storeClockRate?: number;
 }
 
-/** Most objects whose failures a {@linkcode GuardedStore} keeps apart (2.4 KB each at most, measured). */
+/** Most objects whose failures a {@linkcode GuardedStore} keeps apart (2.4 KB each, measured). */
 export const MAX_FAILING_OBJECTS = 1000;
 
 /** Distinct failing objects needed before a store of many objects is failing as a whole. */
