@@ -61,7 +61,7 @@ export interface DurableObjectStoreOptions {
   onError: StoreFailurePolicy;
   /** Receives the start and the end of every incident. */
   onIncident?: (incident: StoreIncident) => void;
-  /** How long to leave a failing object (or namespace) alone before probing it again, in ms (default 1000). */
+  /** How long to leave a failing object (or namespace) alone before probing it, in ms (default 1000). */
   probeIntervalMs?: number;
   /** The steady clock refusals are remembered by (default `performance.now`; tests set it). */
   steadyClock?: () => number;

@@ -31,7 +31,10 @@ export interface CircuitBreakerOptions {
   failureRatio?: number;
   /** How long to refuse calls after tripping before one probe, in ms (default 1000). */
   probeIntervalMs?: number;
-  /** Distinct keys (objects) among the failures in the window needed to trip (default 1: calls are counted, not keys). */
+  /**
+   * Distinct keys (objects) among the failures in the window needed to trip (default 1: calls are
+   * counted, not keys).
+   */
   minFailingKeys?: number;
   /** Clock; defaults to `Date.now`. */
   clock?: () => number;

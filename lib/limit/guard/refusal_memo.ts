@@ -54,7 +54,8 @@ export interface RefusalMemoOptions {
  * const memo = new RefusalMemo();
  * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
  * memo.remember("192.0.2.1", 1000, refused); // the call started at 1000 (steady clock, ms)
- * assert.deepEqual(memo.recall("192.0.2.1", 1600), { allowed: false, remaining: 0, resetSeconds: 1 });
+ * const again = memo.recall("192.0.2.1", 1600);
+ * assert.deepEqual(again, { allowed: false, remaining: 0, resetSeconds: 1 });
  * assert.equal(memo.recall("192.0.2.1", 2500), undefined); // 1500 ms after the call started
  * ```
  */
