@@ -16,7 +16,7 @@ import type { RedisType } from "./redis/redis_client.ts";
 import type { SyncIncident } from "./local_first/local_first_store.ts";
 import type { StoreClock } from "./clock/store_clock.ts";
 import { MemoryStore } from "./memory/memory_store.ts";
-import { kvClock, memoryClock } from "./clock/steady_clock.ts";
+import { KV_SLEW_RATE, kvClock, memoryClock } from "./clock/steady_clock.ts";
 
 /** Where rate-limit state lives: this process, Deno KV, or Redis. */
 export type RateLimitStoreKind = "memory" | "kv" | "redis";
@@ -141,6 +141,8 @@ interface ExactBackend {
   clock: StoreClock;
   /** How often the guard probes the store while its breaker is open; the guard's default if omitted. */
   probeIntervalMs?: number;
+  /** How much faster than the steady clock the clock that decides may run (Deno KV's slewing). */
+  storeClockRate?: number;
 }
 
 /** A shared store in `exact`: `backend` behind the failure policy, its clock's offset observed. */
@@ -149,7 +151,7 @@ async function openExact(
   options: OpenStoreOptions,
   backend: (config: StoreSettings, options: OpenStoreOptions) => Promise<ExactBackend>,
 ): Promise<RateLimitStore> {
-  const { store, clock, probeIntervalMs } = await backend(config, options);
+  const { store, clock, probeIntervalMs, storeClockRate } = await backend(config, options);
   // The failure policy and its circuit breaker serve only a shared store: not loaded for memory.
   const [{ GuardedStore }, { observedClock }] = await Promise.all([
     import("./guard/guarded_store.ts"),
@@ -159,6 +161,7 @@ async function openExact(
     new GuardedStore(options.wrapStore?.(store) ?? store, {
       policy: policyOf(config),
       ...(probeIntervalMs !== undefined ? { probeIntervalMs } : {}),
+      ...(storeClockRate !== undefined ? { storeClockRate } : {}),
       timeoutMs: config.rateLimitStoreTimeoutMs,
       onError: config.rateLimitOnStoreError,
       ...(options.onIncident ? { onIncident: options.onIncident } : {}),
@@ -184,7 +187,8 @@ async function kvExact(config: StoreSettings, options: OpenStoreOptions): Promis
     onStamp: (newest) => clock.observeStamp(newest),
     clock: stamps,
   });
-  return { store, clock };
+  // Its stamps follow a step of the wall clock at up to KV_SLEW_RATE: a refusal's memo ends that much early.
+  return { store, clock, storeClockRate: KV_SLEW_RATE };
 }
 
 /** Redis in `exact`: it decides by its own clock; this one only measures the offset, from replies. */

@@ -22,7 +22,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import type { Decision, RateLimitPolicy } from "../limit/core/decision.ts";
+import { type Decision, onTheWire, type RateLimitPolicy } from "../limit/core/decision.ts";
 import {
   CallerLogs,
   checkDurablePolicy,
@@ -106,7 +106,7 @@ export class RateLimiterObject extends DurableObject {
       }
       if (this.#alarmAt === undefined) this.#setAlarm(now + policy.windowMs);
     }
-    return decision;
+    return onTheWire(decision); // a refusal's exact reset too: the isolate answers it from memory
   }
 
   /** Reports `key`'s state now without counting anything. */

@@ -18,7 +18,9 @@ import { type Bindings, RATE_LIMITER_BINDING } from "./bindings.ts";
 /**
  * Opens the store over `bindings.RATE_LIMITER` (checked present by `workerConfig`): each decision
  * is one call to the object that owns the caller, bounded by `RATE_LIMIT_STORE_TIMEOUT_MS`, and
- * answered by `RATE_LIMIT_ON_STORE_ERROR` when the object fails or is late.
+ * answered by `RATE_LIMIT_ON_STORE_ERROR` when that object fails or is late (the other callers'
+ * objects are still asked); a caller the object refused is refused from the isolate's memory, with
+ * no call, until its refusal ends.
  */
 export function openDurableStore(bindings: Bindings, config: Config): RateLimitStore {
   const namespace = bindings[RATE_LIMITER_BINDING] as RateLimiterNamespace;

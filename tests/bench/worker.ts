@@ -1,15 +1,19 @@
 /**
  * The Worker beside the Deno service (`deno task bench:worker`), in one run: CPU time per request
  * on workerd and in Deno, paired (rounds alternate, same load: `wrk -t1 -c8` for `--duration`
- * seconds of JSON 200 from 1,000 callers in turn, `worker.lua`), the bundle sizes, and workerd's
- * cold start.
+ * seconds of JSON 200 from 500 warm callers in turn, `worker.lua`); one caller hammering the Worker
+ * at the default limit (60 per 60 s) on 64 connections for 10 s, twice per store, alternating
+ * (`hammer.lua`: the refusals' CPU per request, what the hammer was admitted, and another caller's
+ * 100 requests beside it and after it); the bundle sizes, and workerd's cold start.
  *
  * - CPU: the server process's user + system time (`/proc/<pid>/stat`) over a round, divided by the
  *   requests wrk completed; for the Worker, workerd's process only (miniflare's Node side, which
  *   starts it, serves no request). Three servers: Deno (`deno task start`, memory store), the
  *   Worker with its Durable Object (the shipped default), the Worker with `RATE_LIMIT_STORE=memory`
- *   (the same store as Deno: the runtimes compared). The limit is 10,000 per second (the Durable
- *   Object store's largest), so no request is refused.
+ *   (the same store as Deno: the runtimes compared). The limit is 10,000 per 60 s (the Durable
+ *   Object store's largest), so no request is refused; the window is the default's, so that each
+ *   object's idle sweep (its alarm, one window after its first hit) runs as it would in service,
+ *   not every second.
  * - Bundle: `dist/worker/worker.js` and its gzip size; Deno's `dist/app/` (`deno task build`).
  * - Cold start: workerd started with a fresh Durable Object storage, to `ready`; then its first
  *   response (the isolate evaluates the bundle, configures, builds the path, creates the object),
@@ -36,14 +40,22 @@ const { values } = parseArgs({
 });
 const ROUNDS = Math.min(10, Math.max(1, Number(values.rounds)));
 const DURATION = Math.min(10, Math.max(1, Number(values.duration)));
-/** 1,000 callers (`worker.lua`), none near its limit; Deno reads them behind a trusted proxy. */
+/** The callers of the admitted load (`worker.lua`), all warm after the first round. */
+const CALLERS = 500;
+/** The load's callers, none near its limit; Deno reads them behind a trusted proxy. */
 const LOAD = {
   RATE_LIMIT: "10000",
-  RATE_LIMIT_WINDOW_SECONDS: "1",
+  RATE_LIMIT_WINDOW_SECONDS: "60",
   ACCESS_LOG: "false",
   TRUSTED_PROXIES: "127.0.0.1",
 };
 const CLOCK_TICKS = 100;
+/** The hammer's servers: the default limit, so that it is refused after its first 60. */
+const LIMITED = { RATE_LIMIT: "60", RATE_LIMIT_WINDOW_SECONDS: "60", ACCESS_LOG: "false" };
+const HAMMER_CONNECTIONS = 64;
+const HAMMER_SECONDS = 10;
+/** Runs of the hammer per store (the lower CPU per request of them is compared). */
+const HAMMER_RUNS = 2;
 
 /** The standard output of `command` (through it: Deno asks for --allow-all to read /proc itself). */
 async function output(command: string, ...args: string[]): Promise<string> {
@@ -67,7 +79,16 @@ async function workerdPids(): Promise<number[]> {
 /** Requests wrk completed in `DURATION` seconds against `url`. */
 async function wrk(url: string): Promise<number> {
   const out = await new Deno.Command("wrk", {
-    args: ["-t1", "-c8", `-d${DURATION}s`, "-s", `${ROOT}/tests/bench/worker.lua`, url],
+    args: [
+      "-t1",
+      "-c8",
+      `-d${DURATION}s`,
+      "-s",
+      `${ROOT}/tests/bench/worker.lua`,
+      url,
+      "--",
+      String(CALLERS),
+    ],
     stdout: "piped",
   }).output();
   const text = new TextDecoder().decode(out.stdout);
@@ -152,6 +173,100 @@ async function folderBytes(dir: string): Promise<{ bytes: number; gzipBytes: num
   return { bytes, gzipBytes };
 }
 
+/** A server on workerd: its URL, its workerd process, and how to stop it. */
+interface Workerd {
+  url: URL;
+  pid: number;
+  close: () => Promise<void>;
+}
+
+/**
+ * The Worker on workerd with `bindings` (its Durable Object storage in memory), or, given the
+ * Platform's JSON as a string, the bare Worker that only sends it; with its workerd's pid.
+ */
+async function startWorkerd(bindings: Record<string, string> | string): Promise<Workerd> {
+  const before = new Set(await workerdPids());
+  const served = typeof bindings === "string"
+    ? await startBareWorker(bindings)
+    : await serveWorker({ root: ROOT, port: 0, persist: false, bindings });
+  const pid = (await workerdPids()).find((pid) => !before.has(pid));
+  if (pid === undefined) throw new Error("no new workerd process");
+  return { url: served.url, pid, close: () => served.close() };
+}
+
+/** What one run of the hammer measured. */
+interface Hammered {
+  /** workerd's CPU per request over the run (the hammer's requests and the caller's beside it). */
+  cpuUs: number;
+  /** Requests answered during the run. */
+  requests: number;
+  /** The hammer's admitted requests (its caller's first ones until the server refused it). */
+  admitted: number;
+  /** Admitted of another caller's 100 requests sent while the hammer was refused. */
+  beside: number;
+  /** Admitted of a third caller's 100 requests sent after the hammer. */
+  after: number;
+}
+
+/** `GET url` as caller `ip`; its status. */
+async function statusOf(url: URL, ip: string): Promise<number> {
+  const response = await fetch(url, { headers: { "cf-connecting-ip": ip } });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** Admitted of `count` requests of caller `ip`, one after another. */
+async function admittedOf(url: URL, ip: string, count: number): Promise<number> {
+  let admitted = 0;
+  for (let i = 0; i < count; i++) if (await statusOf(url, ip) === 200) admitted++;
+  return admitted;
+}
+
+/**
+ * One caller (fresh: `run` names it) hammering `server` for `HAMMER_SECONDS`; once it is refused,
+ * another caller's 100 requests beside it; a third's 100 after it (outside the CPU measured).
+ */
+async function hammer(server: Workerd, url: URL, run: number): Promise<Hammered> {
+  const ip = (n: number) => `198.18.${run}.${n}`;
+  const before = await cpuSeconds(server.pid);
+  const wrk = new Deno.Command("wrk", {
+    args: [
+      "-t1",
+      `-c${HAMMER_CONNECTIONS}`,
+      `-d${HAMMER_SECONDS}s`,
+      "-s",
+      `${ROOT}/tests/bench/hammer.lua`,
+      url.href,
+      "--",
+      ip(1),
+    ],
+    stdout: "piped",
+  }).output();
+  // Beside it once it is refused: the hammer's caller asked until it is (those requests counted).
+  let probes = 0;
+  let probesAdmitted = 0;
+  for (let status = 0; status !== 429; probes++) {
+    status = await statusOf(url, ip(1));
+    if (status === 200) probesAdmitted++;
+  }
+  const beside = await admittedOf(url, ip(2), 100);
+  const text = new TextDecoder().decode((await wrk).stdout);
+  const cpu = (await cpuSeconds(server.pid)) - before;
+  const counts = /hammer admitted=(\d+) refused=(\d+) other=(\d+)/.exec(text);
+  const requests = /(\d+) requests in/.exec(text)?.[1];
+  if (counts === null || requests === undefined || counts[3] !== "0") {
+    throw new Error(`wrk: ${text}`);
+  }
+  const answered = Number(requests) + probes + 100;
+  return {
+    cpuUs: cpu / answered * 1e6,
+    requests: answered,
+    admitted: Number(counts[1]) + probesAdmitted,
+    beside,
+    after: await admittedOf(url, ip(3), 100),
+  };
+}
+
 /**
  * The reference on workerd: a Worker that answers every request with the Platform's JSON bytes and
  * nothing else, through the same miniflare and workerd: what serving alone costs there.
@@ -171,71 +286,96 @@ export default { fetch() { return new Response(body, { headers: { "content-type"
 
 const built = await buildWorker(ROOT);
 const deno = await startDeno();
-const workerDo = await serveWorker({ root: ROOT, port: 0, persist: false, bindings: LOAD });
-const [doPid] = await workerdPids();
-const workerMemory = await serveWorker({
-  root: ROOT,
-  port: 0,
-  persist: false,
-  bindings: { ...LOAD, RATE_LIMIT_STORE: "memory" },
-});
-const memoryPid = (await workerdPids()).find((pid) => pid !== doPid)!;
+const workerDo = await startWorkerd(LOAD);
+const workerMemory = await startWorkerd({ ...LOAD, RATE_LIMIT_STORE: "memory" });
 const path = "/api/v1/platform";
 const platformJson = await (await fetch(new URL(path, workerMemory.url))).text();
-const bare = await startBareWorker(platformJson);
-const barePid = (await workerdPids()).find((pid) => pid !== doPid && pid !== memoryPid)!;
+const bare = await startWorkerd(platformJson);
+const hammeredDo = await startWorkerd(LIMITED);
+const hammeredMemory = await startWorkerd({ ...LIMITED, RATE_LIMIT_STORE: "memory" });
 const cpu = {
   deno: [] as number[],
   workerDo: [] as number[],
   workerMemory: [] as number[],
   bare: [] as number[],
 };
+const hammers = { workerDo: [] as Hammered[], workerMemory: [] as Hammered[] };
 try {
   for (let round = 0; round < ROUNDS; round++) {
     cpu.deno.push(await cpuPerRequest(deno.pid, deno.url));
-    cpu.workerDo.push(await cpuPerRequest(doPid!, new URL(path, workerDo.url).href));
-    cpu.workerMemory.push(await cpuPerRequest(memoryPid, new URL(path, workerMemory.url).href));
-    cpu.bare.push(await cpuPerRequest(barePid, new URL(path, bare.url).href));
+    cpu.workerDo.push(await cpuPerRequest(workerDo.pid, new URL(path, workerDo.url).href));
+    cpu.workerMemory.push(
+      await cpuPerRequest(workerMemory.pid, new URL(path, workerMemory.url).href),
+    );
+    cpu.bare.push(await cpuPerRequest(bare.pid, new URL(path, bare.url).href));
+  }
+  for (let run = 0; run < HAMMER_RUNS; run++) {
+    hammers.workerDo.push(await hammer(hammeredDo, new URL(path, hammeredDo.url), 2 * run));
+    hammers.workerMemory.push(
+      await hammer(hammeredMemory, new URL(path, hammeredMemory.url), 2 * run + 1),
+    );
   }
 } finally {
-  await bare.close();
+  for (const server of [bare, workerDo, workerMemory, hammeredDo, hammeredMemory]) {
+    await server.close();
+  }
   await deno.stop();
-  await workerDo.close();
-  await workerMemory.close();
 }
 const cold = await coldStart();
 const denoBundle = await folderBytes(`${ROOT}/dist/app`);
-const us = (values: number[]) =>
-  `${median(values).toFixed(0)} µs [${Math.min(...values).toFixed(0)}–${
-    Math.max(...values).toFixed(0)
-  }]`;
-const ratio = (values: number[]) => (median(values) / median(cpu.deno)).toFixed(2);
-const kib = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
-console.log(`| measure | value |\n|---|---|`);
-console.log(`| CPU per JSON 200, Deno (deno task start, memory store) | ${us(cpu.deno)} |`);
-console.log(
-  `| CPU per JSON 200, workerd, Durable Object store | ${us(cpu.workerDo)} (${
-    ratio(cpu.workerDo)
-  } of Deno) |`,
-);
-console.log(
-  `| CPU per JSON 200, workerd, memory store | ${us(cpu.workerMemory)} (${
-    ratio(cpu.workerMemory)
-  } of Deno) |`,
-);
-console.log(
-  `| CPU per request, workerd, a Worker sending the same bytes only | ${us(cpu.bare)} (${
-    ratio(cpu.bare)
-  } of Deno) |`,
-);
-console.log(
-  `| Worker bundle (dist/worker/worker.js) | ${kib(built.bytes)}, ${
-    kib(built.gzipBytes)
-  } gzipped |`,
-);
-console.log(
-  `| Deno bundle (dist/app/) | ${kib(denoBundle.bytes)}, ${kib(denoBundle.gzipBytes)} gzipped |`,
-);
-console.log(`| workerd start to ready (miniflare) | ${cold.readyMs.toFixed(0)} ms |`);
-console.log(`| first response (isolate, configuration, object) | ${cold.firstMs.toFixed(1)} ms |`);
-console.log(`| second response | ${cold.secondMs.toFixed(1)} ms |`);
+report();
+
+/** Prints the run as a Markdown table. */
+function report(): void {
+  const us = (values: number[]) =>
+    `${median(values).toFixed(0)} µs [${Math.min(...values).toFixed(0)}–${
+      Math.max(...values).toFixed(0)
+    }]`;
+  const ratio = (values: number[]) => (median(values) / median(cpu.deno)).toFixed(2);
+  const kib = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
+  const row = (measure: string, value: string) => console.log(`| ${measure} | ${value} |`);
+  console.log(`| measure | value |\n|---|---|`);
+  row("CPU per JSON 200, Deno (deno task start, memory store)", us(cpu.deno));
+  row(
+    `CPU per JSON 200, workerd, Durable Object store, ${CALLERS} warm callers admitted`,
+    `${us(cpu.workerDo)} (${ratio(cpu.workerDo)} of Deno; ${
+      (median(cpu.workerDo) / median(cpu.workerMemory)).toFixed(2)
+    } of the memory store)`,
+  );
+  row(
+    `CPU per JSON 200, workerd, memory store, ${CALLERS} warm callers admitted`,
+    `${us(cpu.workerMemory)} (${ratio(cpu.workerMemory)} of Deno)`,
+  );
+  row(
+    "CPU per request, workerd, a Worker sending the same bytes only",
+    `${us(cpu.bare)} (${ratio(cpu.bare)} of Deno)`,
+  );
+  const lower = (runs: Hammered[]) => Math.min(...runs.map((h) => h.cpuUs));
+  for (
+    const [name, runs] of [["Durable Object", hammers.workerDo], [
+      "memory",
+      hammers.workerMemory,
+    ]] as const
+  ) {
+    row(
+      `one caller hammering (${HAMMER_CONNECTIONS} connections, ${HAMMER_SECONDS} s, limit 60), workerd, ${name} store: CPU per request`,
+      runs.map((h) => `${h.cpuUs.toFixed(0)} µs (${h.requests} requests)`).join(", "),
+    );
+    row(
+      `... admitted of the hammer; another caller's 100 beside it; after it`,
+      runs.map((h) => `${h.admitted}; ${h.beside}; ${h.after}`).join(" / "),
+    );
+  }
+  row(
+    "hammer's CPU per request, Durable Object ÷ memory store (the lower of the runs each)",
+    (lower(hammers.workerDo) / lower(hammers.workerMemory)).toFixed(2),
+  );
+  row(
+    "Worker bundle (dist/worker/worker.js)",
+    `${kib(built.bytes)}, ${kib(built.gzipBytes)} gzipped`,
+  );
+  row("Deno bundle (dist/app/)", `${kib(denoBundle.bytes)}, ${kib(denoBundle.gzipBytes)} gzipped`);
+  row("workerd start to ready (miniflare)", `${cold.readyMs.toFixed(0)} ms`);
+  row("first response (isolate, configuration, object)", `${cold.firstMs.toFixed(1)} ms`);
+  row("second response", `${cold.secondMs.toFixed(1)} ms`);
+}

@@ -4,8 +4,9 @@
  * `createDurableObjectStore` and answers it as JSON, with the time the decision took in the Worker.
  *
  * `GET /hit?key=K` decides on caller K through the `RATE_LIMITER` binding; `ns=SLOW` or `ns=BROKEN`
- * go through an object that answers late or fails, `on_error=open|closed` and `timeout_ms` set the
- * failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
+ * go through an object that answers late or fails, `ns=MIXED&fail=F&fault=SLOW|BROKEN` through
+ * the real objects except caller F's, which is late or fails (one overloaded object beside healthy
+ * ones); `on_error=open|closed` and `timeout_ms` set the failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
  * times decisions inside the Worker (the figures of lib/limit/README.md).
  *
  * @module
@@ -38,7 +39,7 @@ export class SlowObject extends Delayable {
 /** An object whose every decision fails (an object that is down or overloaded). */
 export class BrokenObject extends RateLimiterObject {
   override hit(_key: string, _policy: RateLimitPolicy): Decision {
-    throw new Error("the object is overloaded");
+    throw new Error("Durable Object is overloaded. Too many requests queued.");
   }
 }
 
@@ -60,15 +61,35 @@ interface Env {
 /** One store per binding and policy, kept for the isolate's life as the service keeps its own. */
 const stores = new Map<string, GuardedStore>();
 
+/**
+ * The real objects, except `failing`'s, which is `faulty`'s (late or failing): one overloaded
+ * object in a namespace of healthy ones.
+ */
+function mixed(env: Env, failing: string, faulty: RateLimiterNamespace): RateLimiterNamespace {
+  const real = env.RATE_LIMITER as RateLimiterNamespace;
+  const of = (name: string) => name === failing ? faulty : real;
+  return {
+    idFromName: (name) => ({ name, id: of(name).idFromName(name) }),
+    get: (id) => {
+      const { name, id: inner } = id as { name: string; id: unknown };
+      return of(name).get(inner);
+    },
+  };
+}
+
 function storeOf(env: Env, url: URL): GuardedStore {
   const ns = url.searchParams.get("ns") ?? "RATE_LIMITER";
   const onError = (url.searchParams.get("on_error") ?? "closed") as StoreFailurePolicy;
   const timeoutMs = Number(url.searchParams.get("timeout_ms") ?? "1000");
-  const id = `${ns} ${onError} ${timeoutMs}`;
+  const failing = url.searchParams.get("fail") ?? "";
+  const fault = url.searchParams.get("fault") === "SLOW" ? "SLOW" : "BROKEN";
+  const id = `${ns} ${onError} ${timeoutMs} ${failing} ${fault}`;
   let store = stores.get(id);
   if (store === undefined) {
     const policy = { limit: Number(env.LIMIT), windowMs: Number(env.WINDOW_SECONDS) * 1000 };
-    const namespace = env[ns as "RATE_LIMITER" | "SLOW" | "BROKEN"];
+    const namespace = ns === "MIXED"
+      ? mixed(env, failing, env[fault])
+      : env[ns as "RATE_LIMITER" | "SLOW" | "BROKEN"];
     const shards = env.SHARDS === undefined ? {} : { shards: Number(env.SHARDS) };
     store = createDurableObjectStore(namespace, { policy, timeoutMs, onError, ...shards });
     stores.set(id, store);

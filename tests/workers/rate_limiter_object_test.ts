@@ -42,7 +42,10 @@ async function admittedOf(urls: URL[], key: string, count: number): Promise<numb
   let admitted = 0;
   for (let i = 0; i < count; i++) {
     const report = await getJson<HitReport>(urls[i % urls.length]!, `/hit?key=${key}`);
-    assert.equal(report.promise, true, "the store answers a real Promise");
+    // A real Promise when the object is asked; a refusal answered from memory is synchronous.
+    if (report.decision.allowed) {
+      assert.equal(report.promise, true, "the store answers a real Promise");
+    }
     assert.equal(report.byPolicy, false, JSON.stringify(report));
     if (report.decision.allowed) admitted++;
   }
@@ -55,6 +58,11 @@ Deno.test("workerd: 100 requests of one caller admit 60; a restart on the same s
     try {
       const [url] = workerd.urls;
       assert.equal(await admittedOf([url!], "192.0.2.1", 100), 60);
+      // The object's refusal came over RPC with its exact reset: the isolate answers from memory.
+      const memo = await getJson<HitReport>(url!, "/hit?key=192.0.2.1");
+      assert.equal(memo.promise, false, "answered without a call");
+      assert.equal(memo.decision.allowed, false);
+      assert.ok(memo.decision.resetSeconds > 0 && memo.decision.resetSeconds <= 60);
       const usage = await getJson<ObjectUsage>(url!, "/usage?name=192.0.2.1");
       assert.equal(usage.callers, 1);
       assert.equal(usage.timestamps, 60);
@@ -126,6 +134,52 @@ Deno.test("workerd: an object that fails or answers late is answered by the fail
       }
       // The real object beside them decides as ever.
       assert.equal(await admittedOf([url!], "192.0.2.9", 1), 1);
+    } finally {
+      await workerd.dispose();
+    }
+  });
+});
+
+Deno.test('workerd: an object that throws "overloaded" or stalls for one caller fails that caller only: another caller, beside it and after it, gets 60 of 100 with exact fields', async () => {
+  await withFolder(async (persist) => {
+    const workerd = await startLimiterWorkerd({ script, persist });
+    try {
+      const [url] = workerd.urls;
+      for (const [i, fault] of (["BROKEN", "SLOW"] as const).entries()) {
+        const failing = "203.0.113.66";
+        const query = `ns=MIXED&fail=${failing}&fault=${fault}&on_error=open&timeout_ms=100`;
+        const hit = (key: string) => getJson<HitReport>(url!, `/hit?key=${key}&${query}`);
+        const own: HitReport[] = [];
+        const failed: HitReport[] = [];
+        for (let round = 0; round < 100; round++) {
+          const [mine, ...theirs] = await Promise.all([
+            hit(`192.0.2.${100 + i}`),
+            hit(failing),
+            hit(failing),
+            hit(failing),
+          ]);
+          own.push(mine!);
+          failed.push(...theirs);
+        }
+        const label = `${fault}: ${JSON.stringify(own.slice(55, 65))}`;
+        assert.equal(own.filter((report) => report.byPolicy).length, 0, label);
+        assert.deepEqual(
+          own.map((report) => report.decision.remaining),
+          Array.from({ length: 100 }, (_, n) => Math.max(0, 59 - n)),
+          label,
+        );
+        assert.equal(own.filter((report) => report.decision.allowed).length, 60, label);
+        assert.ok(own.slice(60).every((report) => report.decision.resetSeconds > 0), label);
+        assert.ok(failed.every((report) => report.byPolicy && report.decision.allowed), fault);
+        // After it: a fresh caller of the same store, its object asked as ever.
+        let after = 0;
+        for (let n = 0; n < 100; n++) {
+          const report = await hit(`192.0.2.${110 + i}`);
+          assert.equal(report.byPolicy, false);
+          if (report.decision.allowed) after++;
+        }
+        assert.equal(after, 60, fault);
+      }
     } finally {
       await workerd.dispose();
     }

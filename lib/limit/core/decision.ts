@@ -27,6 +27,15 @@ export interface Decision {
   resetSeconds: number;
   /** Set when the store could not decide and the request was refused by the failure policy. */
   unavailable?: true;
+  /**
+   * On a refusal by the sliding log: the milliseconds until the oldest counted request leaves the
+   * window, by the clock that decided (`resetSeconds` is it rounded up). The refusal holds that long
+   * whatever other instances do (they can only add hits), so an instance may answer the caller from
+   * memory until then (`guard/refusal_memo.ts`). Not enumerable ({@linkcode withResetMs}): it is
+   * no header field, and a decision compares, logs and serializes as its four fields. Absent on
+   * admissions and on the failure policy's answers.
+   */
+  readonly resetMs?: number;
 }
 
 /**
@@ -70,11 +79,43 @@ export function decide(
       resetSeconds: resetSecondsOf(first, now, policy.windowMs),
     };
   }
-  return {
-    allowed: false,
-    remaining: 0,
-    resetSeconds: resetSecondsOf(oldest ?? now, now, policy.windowMs),
-  };
+  const resetMs = Math.max(0, (oldest ?? now) + policy.windowMs - now);
+  return withResetMs(
+    { allowed: false, remaining: 0, resetSeconds: Math.ceil(resetMs / 1000) },
+    resetMs,
+  );
+}
+
+/**
+ * `refusal` with its exact {@linkcode Decision.resetMs}, as a property that is not enumerable: a
+ * spread, `JSON.stringify` and `assert.deepEqual` see the four fields only. An RPC (structured
+ * clone) drops it: a Durable Object sends it as a field of its own.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
+ * assert.equal(refused.resetMs, 1500);
+ * assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 2 });
+ * ```
+ */
+export function withResetMs(refusal: Decision, resetMs: number): Decision {
+  return Object.defineProperty(refusal, "resetMs", { value: resetMs, enumerable: false });
+}
+
+/**
+ * `decision` as an RPC sends it (a Durable Object's answer): its {@linkcode Decision.resetMs} as a
+ * field of its own, which a structured clone keeps.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
+ * assert.deepEqual(structuredClone(onTheWire(refused)), { ...refused, resetMs: 1500 });
+ * ```
+ */
+export function onTheWire(decision: Decision): Decision {
+  return decision.resetMs === undefined ? decision : { ...decision, resetMs: decision.resetMs };
 }
 
 /**

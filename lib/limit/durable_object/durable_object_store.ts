@@ -14,14 +14,20 @@
  * hashes to it.
  *
  * This module is the Worker's side and uses no runtime API: the namespace is a structural type, and
- * the failure policy, the timeout and the circuit breaker are {@linkcode GuardedStore}'s. A Durable
+ * the failure policy, the timeout, the circuit breakers (one per object, one for the namespace) and
+ * the refusals answered from memory are {@linkcode GuardedStore}'s. A Durable
  * Object's RPC result is a thenable that is not `instanceof Promise`; this client answers a real
  * Promise, which the guard and the handler rely on.
  *
  * @module
  */
 
-import type { Decision, RateLimitPolicy, RateLimitStore } from "../core/decision.ts";
+import {
+  type Decision,
+  type RateLimitPolicy,
+  type RateLimitStore,
+  withResetMs,
+} from "../core/decision.ts";
 import {
   GuardedStore,
   type StoreFailurePolicy,
@@ -55,8 +61,10 @@ export interface DurableObjectStoreOptions {
   onError: StoreFailurePolicy;
   /** Receives the start and the end of every incident. */
   onIncident?: (incident: StoreIncident) => void;
-  /** How long to leave a failing namespace alone before probing it again, in ms (default 1000). */
+  /** How long to leave a failing object (or namespace) alone before probing it, in ms (default 1000). */
   probeIntervalMs?: number;
+  /** The steady clock refusals are remembered by (default `performance.now`; tests set it). */
+  steadyClock?: () => number;
   /**
    * A fixed number of objects, each owning the callers whose key hashes to it; omitted (the
    * default), each caller has an object of its own.
@@ -101,11 +109,14 @@ export function createDurableObjectStore<Id>(
 ): GuardedStore {
   const store = new DurableObjectStore(namespace, options.policy, options.shards);
   return new GuardedStore(store, {
+    // An object fails alone (overloaded, restarting): its own callers are answered by the policy.
+    failureScope: (key) => store.objectName(key),
     policy: options.policy,
     timeoutMs: options.timeoutMs,
     onError: options.onError,
     ...(options.onIncident ? { onIncident: options.onIncident } : {}),
     ...(options.probeIntervalMs !== undefined ? { probeIntervalMs: options.probeIntervalMs } : {}),
+    ...(options.steadyClock ? { steadyClock: options.steadyClock } : {}),
   });
 }
 
@@ -191,5 +202,11 @@ function checkedDecision(value: unknown, policy: RateLimitPolicy): Decision {
   ) {
     throw new TypeError("the rate-limiter object answered something that is not a decision");
   }
-  return { allowed: d.allowed, remaining: d.remaining!, resetSeconds: d.resetSeconds! };
+  const decision = { allowed: d.allowed, remaining: d.remaining!, resetSeconds: d.resetSeconds! };
+  // A refusal's exact reset, when it agrees with the rest (an older object sends none): the memo's.
+  const resetMs = d.resetMs;
+  return !d.allowed && typeof resetMs === "number" && resetMs > 0 && resetMs <= policy.windowMs &&
+      Math.ceil(resetMs / 1000) === d.resetSeconds
+    ? withResetMs(decision, resetMs)
+    : decision;
 }

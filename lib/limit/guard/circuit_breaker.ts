@@ -4,7 +4,11 @@
  *
  * Closed, it records the outcome of every call; it trips (opens) when the calls of the last
  * `windowMs`, at most `windowCalls` of them, hold at least `minFailures` failures that are at least
- * `failureRatio` of those calls. Open, it refuses every call for `probeIntervalMs`, then lets one
+ * `failureRatio` of those calls. With `minFailingKeys` above 1 (a breaker over many objects, each
+ * call naming its object), it counts objects instead: it trips when at least `minFailingKeys`
+ * distinct objects failed among the calls of the window, and they are at least `failureRatio` of
+ * the distinct objects called (and there are still at least `minFailures` failed calls), so that
+ * one object failing a thousand calls is one failing object. Open, it refuses every call for `probeIntervalMs`, then lets one
  * call through (half-open): its success closes the breaker and forgets the window, its failure opens
  * it for another interval.
  *
@@ -27,6 +31,11 @@ export interface CircuitBreakerOptions {
   failureRatio?: number;
   /** How long to refuse calls after tripping before one probe, in ms (default 1000). */
   probeIntervalMs?: number;
+  /**
+   * Distinct keys (objects) among the failures in the window needed to trip (default 1: calls are
+   * counted, not keys).
+   */
+  minFailingKeys?: number;
   /** Clock; defaults to `Date.now`. */
   clock?: () => number;
 }
@@ -44,6 +53,7 @@ export const BREAKER_DEFAULTS = {
   minFailures: 5,
   failureRatio: 0.5,
   probeIntervalMs: 1000,
+  minFailingKeys: 1,
 } as const;
 
 /**
@@ -64,9 +74,10 @@ export class CircuitBreaker {
   readonly #minFailures: number;
   readonly #failureRatio: number;
   readonly #probeIntervalMs: number;
+  readonly #minFailingKeys: number;
   readonly #clock: () => number;
-  /** Recent outcomes, oldest first: [time, failed]. */
-  #calls: Array<[number, boolean]> = [];
+  /** Recent outcomes, oldest first: [time, failed, the failure's key]. */
+  #calls: Array<[number, boolean, string | undefined]> = [];
   #state: BreakerState = "closed";
   #retryAt = 0;
 
@@ -77,12 +88,24 @@ export class CircuitBreaker {
     this.#minFailures = options.minFailures ?? BREAKER_DEFAULTS.minFailures;
     this.#failureRatio = options.failureRatio ?? BREAKER_DEFAULTS.failureRatio;
     this.#probeIntervalMs = options.probeIntervalMs ?? BREAKER_DEFAULTS.probeIntervalMs;
+    this.#minFailingKeys = options.minFailingKeys ?? BREAKER_DEFAULTS.minFailingKeys;
     this.#clock = options.clock ?? Date.now;
   }
 
   /** Where the breaker stands now. */
   get state(): BreakerState {
     return this.#state;
+  }
+
+  /** Closed, with no failure among the calls it remembers: nothing to keep it for. */
+  get quiet(): boolean {
+    return this.#state === "closed" && !this.#calls.some(([, failed]) => failed);
+  }
+
+  /** What {@linkcode allow} would answer now, without taking the probe. */
+  wouldAllow(): boolean {
+    if (this.#state === "closed") return true;
+    return this.#state === "open" && this.#clock() >= this.#retryAt;
   }
 
   /** Whether a call may go to the store now; when open and the interval is over, this is the probe. */
@@ -93,38 +116,45 @@ export class CircuitBreaker {
     return true;
   }
 
-  /** Records a call that answered in time. */
-  success(): BreakerTransition {
+  /** Records a call that answered in time; `key` names what answered. */
+  success(key?: string): BreakerTransition {
     if (this.#state !== "closed") {
       this.#state = "closed";
       this.#calls = [];
       return "recovered";
     }
-    this.#record(false);
+    this.#record(false, key);
     return undefined;
   }
 
-  /** Records a call that failed or timed out. */
-  failure(): BreakerTransition {
+  /** Records a call that failed or timed out; `key` names what failed (counted distinct). */
+  failure(key?: string): BreakerTransition {
     const now = this.#clock();
     if (this.#state !== "closed") {
       this.#state = "open";
       this.#retryAt = now + this.#probeIntervalMs;
       return undefined;
     }
-    this.#record(true);
-    const failures = this.#calls.filter(([, failed]) => failed).length;
-    if (failures < this.#minFailures || failures < this.#failureRatio * this.#calls.length) {
-      return undefined;
-    }
+    this.#record(true, key);
+    if (!this.#trips()) return undefined;
     this.#state = "open";
     this.#retryAt = now + this.#probeIntervalMs;
     return "tripped";
   }
 
-  #record(failed: boolean): void {
+  /** Whether the window's failures are an outage (see the module's description). */
+  #trips(): boolean {
+    const failed = this.#calls.filter(([, failed]) => failed);
+    if (failed.length < this.#minFailures) return false;
+    if (this.#minFailingKeys <= 1) return failed.length >= this.#failureRatio * this.#calls.length;
+    const failing = new Set(failed.map(([, , key]) => key)).size;
+    const called = new Set(this.#calls.map(([, , key]) => key)).size;
+    return failing >= this.#minFailingKeys && failing >= this.#failureRatio * called;
+  }
+
+  #record(failed: boolean, key: string | undefined): void {
     const now = this.#clock();
-    this.#calls.push([now, failed]);
+    this.#calls.push([now, failed, key]);
     let drop = Math.max(0, this.#calls.length - this.#windowCalls);
     while (drop < this.#calls.length && this.#calls[drop]![0] <= now - this.#windowMs) drop++;
     if (drop > 0) this.#calls.splice(0, drop);

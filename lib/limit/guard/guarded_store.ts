@@ -12,6 +12,19 @@
  * the incident. An incident is reported twice to the injected logger, when it starts and when it
  * ends, however many requests it spans.
  *
+ * Whose failure it is: a store that is one server for every caller (Redis, Deno KV) fails for all,
+ * and the breaker above is the store's. A store that is many objects (Durable Objects: one per
+ * caller, or per shard) names each call's object (`failureScope`): then each object has a breaker
+ * of its own ({@linkcode MAX_FAILING_OBJECTS} at most, kept only while they have failures), which
+ * answers only its own callers by the policy, and the store's breaker counts objects, not calls:
+ * over its last 100 calls within 10 s it trips when at least
+ * {@linkcode NAMESPACE_MIN_FAILING_OBJECTS} distinct objects failed and they are at least half of
+ * the objects called (and 5 calls failed): one overloaded object, however many of its calls fail,
+ * never switches the other objects' callers.
+ *
+ * In front of it all, the store's refusals are answered from memory until they end
+ * ({@linkcode RefusalMemo}): no call, no failure to count.
+ *
  * The timeout times the store's answer, not the event loop's queue: a timer that fires more than
  * {@linkcode LOOP_LAG_TOLERANCE_MS} late found the loop busy, and an answer that arrived meanwhile
  * may be waiting unread, so the call gets another `timeoutMs` (at most {@linkcode MAX_EXTENSIONS}
@@ -31,6 +44,7 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "../core/decision.ts";
+import { RefusalMemo } from "./refusal_memo.ts";
 import { raceTimer } from "../../timer.ts";
 import { namedMessageOf } from "../../text/error_message.ts";
 
@@ -78,7 +92,24 @@ export interface GuardOptions {
   clock?: () => number;
   /** When to trip (the window of calls and the failure rate); see {@linkcode CircuitBreaker}. */
   breaker?: Omit<CircuitBreakerOptions, "probeIntervalMs" | "clock">;
+  /**
+   * The object that answers `key`'s calls, when the store is many objects that fail one by one
+   * (Durable Objects); omitted, every failure is the whole store's (one server: Redis, Deno KV).
+   */
+  failureScope?: (key: string) => string;
+  /** Answers the store's refusals from memory until they end (default true). */
+  memoRefusals?: boolean;
+  /** The steady clock the memo of refusals runs by, in ms (default `performance.now`). */
+  steadyClock?: () => number;
+  /** How much faster than the steady clock the store's clock may run (see `RefusalMemoOptions`). */
+  storeClockRate?: number;
 }
+
+/** Most objects whose failures a {@linkcode GuardedStore} keeps apart (2.4 KB each, measured). */
+export const MAX_FAILING_OBJECTS = 1000;
+
+/** Distinct failing objects needed before a store of many objects is failing as a whole. */
+export const NAMESPACE_MIN_FAILING_OBJECTS = 3;
 
 /** Raised (and caught by the guard) when a store call outlives `timeoutMs`. */
 export class StoreTimeoutError extends Error {
@@ -136,6 +167,12 @@ export class GuardedStore implements RateLimitStore {
   readonly #policy: StoreFailurePolicy;
   readonly #seen = new LastDecisions();
   readonly #freshWindow: Decision;
+  readonly #scopeOf: ((key: string) => string) | undefined;
+  readonly #objects: ObjectBreakers | undefined;
+  readonly #memo: RefusalMemo | undefined;
+  readonly #steady: () => number;
+  #fromMemory = 0;
+  #byObject = 0;
 
   /** Wraps `store`. */
   constructor(store: RateLimitStore, options: GuardOptions) {
@@ -145,11 +182,22 @@ export class GuardedStore implements RateLimitStore {
     this.#onIncident = options.onIncident;
     this.#probeIntervalMs = options.probeIntervalMs ?? 1000;
     this.#clock = options.clock ?? Date.now;
-    this.#breaker = new CircuitBreaker({
+    this.#scopeOf = options.failureScope;
+    const breaker = {
       ...options.breaker,
       probeIntervalMs: this.#probeIntervalMs,
       clock: this.#clock,
-    });
+    };
+    this.#breaker = new CircuitBreaker(
+      this.#scopeOf === undefined
+        ? breaker
+        : { minFailingKeys: NAMESPACE_MIN_FAILING_OBJECTS, windowCalls: 100, ...breaker },
+    );
+    this.#objects = this.#scopeOf === undefined ? undefined : new ObjectBreakers(breaker);
+    this.#memo = options.memoRefusals === false
+      ? undefined
+      : new RefusalMemo({ clockRate: options.storeClockRate ?? 0 });
+    this.#steady = options.steadyClock ?? (() => performance.now());
     const { limit, windowMs } = options.policy;
     this.#freshWindow = { allowed: true, remaining: limit, resetSeconds: 0 };
     if (options.onError === "open") {
@@ -175,6 +223,21 @@ export class GuardedStore implements RateLimitStore {
     return this.#lone;
   }
 
+  /** Requests refused from memory (the store's refusal still holding): no store call. */
+  get answeredFromMemory(): number {
+    return this.#fromMemory;
+  }
+
+  /** Requests answered by the policy because their own object's breaker was open. */
+  get answeredForObject(): number {
+    return this.#byObject;
+  }
+
+  /** Objects whose own breaker is open or probing now (a store of many objects). */
+  get failingObjects(): number {
+    return this.#objects?.open ?? 0;
+  }
+
   /** Where the circuit breaker stands (for the `ratelimit.breaker.state` metric). */
   get breakerState(): BreakerState {
     return this.#breaker.state;
@@ -192,15 +255,26 @@ export class GuardedStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision | Promise<Decision> {
-    const result = this.#call(() => this.#store.hit(key, now), this.#hitFallback);
+    const sent = this.#steady();
+    const memo = this.#memo?.recall(key, sent);
+    if (memo !== undefined) {
+      this.#fromMemory++;
+      return memo;
+    }
+    const result = this.#call(key, () => this.#store.hit(key, now), this.#hitFallback);
     return pending(result)
-      ? Promise.resolve(result).then((decision) => this.#remember(key, now, decision))
-      : this.#remember(key, now, result);
+      ? Promise.resolve(result).then((decision) => this.#remember(key, now, sent, decision))
+      : this.#remember(key, now, sent, result);
   }
 
-  /** Keeps the store's own decisions for {@linkcode peek}; the failure policy's say nothing. */
-  #remember(key: string, now: number, decision: Decision): Decision {
-    return this.answeredByPolicy(decision) ? decision : this.#seen.remember(key, now, decision);
+  /**
+   * Keeps the store's own decisions for {@linkcode peek}, and its refusals for the memo (from
+   * `sent`, when the call started); the failure policy's say nothing.
+   */
+  #remember(key: string, now: number, sent: number, decision: Decision): Decision {
+    if (this.answeredByPolicy(decision)) return decision;
+    this.#memo?.remember(key, sent, decision);
+    return this.#seen.remember(key, now, decision);
   }
 
   /**
@@ -221,31 +295,40 @@ export class GuardedStore implements RateLimitStore {
   }
 
   #call(
+    key: string,
     call: () => Decision | Promise<Decision>,
     fallback: Decision,
   ): Decision | Promise<Decision> {
-    if (!this.#breaker.allow()) {
+    const scope = this.#scopeOf?.(key);
+    if (!this.#breaker.wouldAllow()) {
       this.#incident!.answered++;
       return fallback;
     }
+    const own = scope === undefined ? undefined : this.#objects!.get(scope);
+    if (own !== undefined && !own.wouldAllow()) {
+      this.#byObject++;
+      return fallback;
+    }
+    this.#breaker.allow();
+    own?.allow();
     let result: Decision | Promise<Decision>;
     try {
       result = call();
     } catch (error) {
-      this.#failed(error);
+      this.#failed(error, scope);
       return fallback;
     }
     if (!pending(result)) {
-      this.#succeeded();
+      this.#succeeded(scope);
       return result;
     }
     return this.#bounded(Promise.resolve(result)).then(
       (decision) => {
-        this.#succeeded();
+        this.#succeeded(scope);
         return decision;
       },
       (error) => {
-        this.#failed(error);
+        this.#failed(error, scope);
         return fallback;
       },
     );
@@ -267,9 +350,10 @@ export class GuardedStore implements RateLimitStore {
     });
   }
 
-  #failed(error: unknown): void {
+  #failed(error: unknown, scope: string | undefined): void {
+    if (scope !== undefined) this.#objects!.failure(scope);
     const incident = this.#incident;
-    const transition = this.#breaker.failure();
+    const transition = this.#breaker.failure(scope);
     if (incident !== undefined) {
       incident.answered++;
       return;
@@ -287,8 +371,9 @@ export class GuardedStore implements RateLimitStore {
     });
   }
 
-  #succeeded(): void {
-    this.#breaker.success();
+  #succeeded(scope: string | undefined): void {
+    if (scope !== undefined) this.#objects!.success(scope);
+    this.#breaker.success(scope);
     const incident = this.#incident;
     if (incident === undefined) return;
     this.#incident = undefined;
@@ -297,6 +382,51 @@ export class GuardedStore implements RateLimitStore {
       downMs: this.#clock() - incident.since,
       answeredByPolicy: incident.answered,
     });
+  }
+}
+
+/**
+ * The breakers of the objects that failed lately, one each ({@linkcode MAX_FAILING_OBJECTS} at most:
+ * a new one beyond it evicts the one added longest ago, whose object is then asked again). An
+ * object's breaker is dropped once it is closed with no failure left in its window.
+ */
+class ObjectBreakers {
+  readonly #options: CircuitBreakerOptions;
+  readonly #breakers = new Map<string, CircuitBreaker>();
+
+  constructor(options: CircuitBreakerOptions) {
+    this.#options = options;
+  }
+
+  /** How many objects' breakers are open or probing. */
+  get open(): number {
+    let open = 0;
+    for (const breaker of this.#breakers.values()) if (breaker.state !== "closed") open++;
+    return open;
+  }
+
+  /** `scope`'s breaker, if it failed lately. */
+  get(scope: string): CircuitBreaker | undefined {
+    return this.#breakers.get(scope);
+  }
+
+  failure(scope: string): void {
+    let breaker = this.#breakers.get(scope);
+    if (breaker === undefined) {
+      if (this.#breakers.size >= MAX_FAILING_OBJECTS) {
+        this.#breakers.delete(this.#breakers.keys().next().value!);
+      }
+      breaker = new CircuitBreaker(this.#options);
+      this.#breakers.set(scope, breaker);
+    }
+    breaker.failure();
+  }
+
+  success(scope: string): void {
+    const breaker = this.#breakers.get(scope);
+    if (breaker === undefined) return;
+    breaker.success();
+    if (breaker.quiet) this.#breakers.delete(scope);
   }
 }
 

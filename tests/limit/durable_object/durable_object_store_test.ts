@@ -8,7 +8,11 @@
  */
 
 import assert from "node:assert/strict";
-import type { Decision, RateLimitPolicy } from "../../../lib/limit/core/decision.ts";
+import {
+  type Decision,
+  onTheWire,
+  type RateLimitPolicy,
+} from "../../../lib/limit/core/decision.ts";
 import {
   createDurableObjectStore,
   DurableObjectStore,
@@ -30,11 +34,13 @@ function thenable<T>(settle: () => T): PromiseLike<T> {
 
 /**
  * A namespace of objects that decide with the real logs, one `CallerLogs` per object name, by
- * the test's clock; `answer` replaces their answer when set.
+ * the test's clock, their answers cloned as an RPC clones them; `answer` replaces their answer
+ * when set; an object named in `faults` throws as an overloaded object does, or never answers.
  */
 class FakeNamespace implements RateLimiterNamespace<string> {
   readonly objects = new Map<string, CallerLogs>();
   readonly calls: string[] = [];
+  readonly faults = new Map<string, "overloaded" | "stall">();
   answer: (() => unknown) | undefined;
   now = 1_800_000_000_000;
   idFromName(name: string): string {
@@ -43,8 +49,18 @@ class FakeNamespace implements RateLimiterNamespace<string> {
   get(id: string): RateLimiterStub {
     const logs = this.objects.get(id) ?? new CallerLogs();
     this.objects.set(id, logs);
-    const answer = (decide: () => Decision) =>
-      thenable(() => (this.answer ?? decide)() as Decision);
+    const fault = this.faults.get(id);
+    const answer = (decide: () => Decision) => {
+      if (fault === "stall") return new Promise<Decision>(() => {});
+      if (fault === "overloaded") {
+        return thenable<Decision>(() => {
+          throw new Error("Durable Object is overloaded. Too many requests queued.");
+        });
+      }
+      return thenable(() =>
+        (this.answer ?? (() => structuredClone(onTheWire(decide()))))() as Decision
+      );
+    };
     return {
       hit: (key, policy) => {
         this.calls.push(`${id} hit ${key}`);
@@ -186,4 +202,134 @@ Deno.test("the store refuses at creation a policy or a shard count it cannot hol
       String(shards),
     );
   }
+});
+
+/**
+ * Sends 100 requests of `key` interleaved with `beside` requests of `failing` each, all at once per
+ * round, and returns `key`'s decisions and `failing`'s.
+ */
+async function beside(
+  store: ReturnType<typeof createDurableObjectStore>,
+  key: string,
+  failing: string,
+  rounds = 100,
+): Promise<{ own: Decision[]; failed: Decision[] }> {
+  const own: Decision[] = [];
+  const failed: Decision[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const [mine, ...theirs] = await Promise.all([
+      store.hit(key, 0),
+      store.hit(failing, 0),
+      store.hit(failing, 0),
+      store.hit(failing, 0),
+    ]);
+    own.push(mine!);
+    failed.push(...theirs);
+  }
+  return { own, failed };
+}
+
+/** The exact answers of a 60-request limit to 100 requests at one instant: 59 down to 0, then 40 refusals. */
+const SIXTY_OF_100: Decision[] = Array.from(
+  { length: 100 },
+  (_, i) =>
+    i < 60
+      ? { allowed: true, remaining: 59 - i, resetSeconds: 60 }
+      : { allowed: false, remaining: 0, resetSeconds: 60 },
+);
+
+Deno.test("an object that is overloaded or stalls fails its own caller only: every other caller is decided by its own object, 60 of 100 with exact fields", async () => {
+  for (const fault of ["overloaded", "stall"] as const) {
+    for (const onError of ["open", "closed"] as const) {
+      const label = `${fault}, ${onError}`;
+      const namespace = new FakeNamespace();
+      namespace.faults.set("203.0.113.66", fault);
+      const store = createDurableObjectStore(namespace, { policy: POLICY, timeoutMs: 30, onError });
+      const { own, failed } = await beside(store, "192.0.2.1", "203.0.113.66");
+      assert.deepEqual(own.map((d) => ({ ...d })), SIXTY_OF_100, label);
+      assert.ok(own.every((d) => !store.answeredByPolicy(d)), label);
+      // The failing caller is answered by the policy, and its object is left alone once it failed.
+      assert.ok(failed.every((d) => store.answeredByPolicy(d)), label);
+      assert.ok(failed.every((d) => d.allowed === (onError === "open")), label);
+      const asked = namespace.calls.filter((call) => call.includes("203.0.113.66")).length;
+      assert.ok(asked <= 12, `${label}: its object was asked ${asked} times for 300 requests`);
+      assert.equal(store.failingObjects, 1, label);
+      assert.equal(store.breakerState, "closed", `${label}: the namespace's breaker`);
+      assert.equal(store.healthy, true, label);
+      // A caller after it is decided by its own object too.
+      const after = [];
+      for (let i = 0; i < 100; i++) after.push({ ...(await store.hit("192.0.2.2", 0)) });
+      assert.deepEqual(after, SIXTY_OF_100, label);
+    }
+  }
+});
+
+Deno.test("with shards, a failing shard answers only its own callers by the policy", async () => {
+  const namespace = new FakeNamespace();
+  const store = createDurableObjectStore(namespace, {
+    policy: POLICY,
+    timeoutMs: 30,
+    onError: "closed",
+    shards: 16,
+  });
+  const failing = "203.0.113.66";
+  let other = 0;
+  while (shardOf(`192.0.2.${other}`, 16) === shardOf(failing, 16)) other++;
+  namespace.faults.set(`shard:${shardOf(failing, 16)}`, "overloaded");
+  const { own, failed } = await beside(store, `192.0.2.${other}`, failing);
+  assert.deepEqual(own.map((d) => ({ ...d })), SIXTY_OF_100);
+  assert.ok(failed.every((d) => d.unavailable === true));
+});
+
+Deno.test("failures of several objects are the namespace's: its breaker trips, and every caller is answered by the policy without a call", async () => {
+  const namespace = new FakeNamespace();
+  const store = createDurableObjectStore(namespace, {
+    policy: POLICY,
+    timeoutMs: 30,
+    onError: "open",
+  });
+  namespace.answer = () => {
+    throw new Error("Durable Object is overloaded");
+  };
+  // Two objects failing, however often, are two objects' failures...
+  for (let i = 0; i < 20; i++) await store.hit(`198.51.100.${i % 2}`, 0);
+  assert.equal(store.breakerState, "closed");
+  // ...a third is most of the objects called: the namespace is failing.
+  for (let i = 2; i < 6; i++) await store.hit(`198.51.100.${i}`, 0);
+  assert.equal(store.breakerState, "open");
+  assert.equal(store.healthy, false);
+  const calls = namespace.calls.length;
+  assert.ok(store.answeredByPolicy(await store.hit("192.0.2.200", 0)));
+  assert.equal(namespace.calls.length, calls, "answered without its object");
+});
+
+Deno.test("a refusal of the object is answered from memory, no call, with the object's own fields counted down", async () => {
+  const namespace = new FakeNamespace();
+  let steady = 0;
+  const store = createDurableObjectStore(namespace, {
+    policy: POLICY,
+    timeoutMs: 100,
+    onError: "closed",
+    steadyClock: () => steady,
+  });
+  const start = namespace.now;
+  for (let i = 0; i < 60; i++) await store.hit("192.0.2.1", 0);
+  assert.equal((await store.hit("192.0.2.1", 0)).allowed, false);
+  const calls = namespace.calls.length;
+  const logs = namespace.objects.get("192.0.2.1")!;
+  for (const ms of [1, 500, 1000, 1001, 45_000, 59_999]) {
+    steady = ms;
+    namespace.now = start + ms;
+    const { allowed, remaining, resetSeconds } = await store.hit("192.0.2.1", 0);
+    assert.deepEqual(
+      { allowed, remaining, resetSeconds },
+      logs.peek("192.0.2.1", namespace.now, POLICY),
+      `at ${ms} ms`,
+    );
+  }
+  assert.equal(namespace.calls.length, calls);
+  steady = 60_000;
+  namespace.now = start + 60_000;
+  assert.equal((await store.hit("192.0.2.1", 0)).allowed, true);
+  assert.equal(namespace.calls.length, calls + 1);
 });
