@@ -8,12 +8,15 @@
  *   requests wrk completed; for the Worker, workerd's process only (miniflare's Node side, which
  *   starts it, serves no request). Three servers: Deno (`deno task start`, memory store), the
  *   Worker with its Durable Object (the shipped default), the Worker with `RATE_LIMIT_STORE=memory`
- *   (the same store as Deno: the runtimes compared). The limit is 10,000 per second (the Durable
- *   Object store's largest), so no request is refused.
+ *   (the same store as Deno: the runtimes compared). The limit is 1,000 per second, so no request
+ *   is refused.
  * - Bundle: `dist/worker/worker.js` and its gzip size; Deno's `dist/app/` (`deno task build`).
  * - Cold start: workerd started with a fresh Durable Object storage, to `ready`; then its first
  *   response (the isolate evaluates the bundle, configures, builds the path, creates the object),
  *   and the next one.
+ *
+ * `--against <folder>`: another checkout, its Worker built (`deno task worker:build`), served beside
+ * this one with its Durable Object in the same rounds (a before/after ratio of a change).
  *
  * Prints a Markdown table. Bounded: `--rounds` (at most 10) x `--duration` (at most 10 s) per server.
  *
@@ -32,13 +35,26 @@ import { startTaskArgs } from "./_start_task.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
-  options: { rounds: { type: "string", default: "3" }, duration: { type: "string", default: "3" } },
+  options: {
+    rounds: { type: "string", default: "3" },
+    duration: { type: "string", default: "3" },
+    against: { type: "string" },
+  },
 });
+/**
+ * Another checkout whose Worker is built (`deno task worker:build`): its Durable Object Worker runs
+ * beside this one's, in the same rounds, for a before/after ratio.
+ */
+const AGAINST = values.against;
 const ROUNDS = Math.min(10, Math.max(1, Number(values.rounds)));
 const DURATION = Math.min(10, Math.max(1, Number(values.duration)));
-/** 1,000 callers (`worker.lua`), none near its limit; Deno reads them behind a trusted proxy. */
+/**
+ * 1,000 callers (`worker.lua`), none near its limit; Deno reads them behind a trusted proxy. A limit
+ * of 1,000 a second: the memory store's cap on Workers at that limit (2,500 callers) holds them all.
+ */
 const LOAD = {
-  RATE_LIMIT: "10000",
+  PUBLIC_BASE_URL: "http://127.0.0.1",
+  RATE_LIMIT: "1000",
   RATE_LIMIT_WINDOW_SECONDS: "1",
   ACCESS_LOG: "false",
   TRUSTED_PROXIES: "127.0.0.1",
@@ -184,21 +200,30 @@ const path = "/api/v1/platform";
 const platformJson = await (await fetch(new URL(path, workerMemory.url))).text();
 const bare = await startBareWorker(platformJson);
 const barePid = (await workerdPids()).find((pid) => pid !== doPid && pid !== memoryPid)!;
+const against = AGAINST === undefined
+  ? undefined
+  : await serveWorker({ root: AGAINST, port: 0, persist: false, bindings: LOAD });
+const againstPid = (await workerdPids()).find((pid) => ![doPid, memoryPid, barePid].includes(pid));
 const cpu = {
   deno: [] as number[],
   workerDo: [] as number[],
+  against: [] as number[],
   workerMemory: [] as number[],
   bare: [] as number[],
 };
 try {
   for (let round = 0; round < ROUNDS; round++) {
     cpu.deno.push(await cpuPerRequest(deno.pid, deno.url));
+    if (against !== undefined) {
+      cpu.against.push(await cpuPerRequest(againstPid!, new URL(path, against.url).href));
+    }
     cpu.workerDo.push(await cpuPerRequest(doPid!, new URL(path, workerDo.url).href));
     cpu.workerMemory.push(await cpuPerRequest(memoryPid, new URL(path, workerMemory.url).href));
     cpu.bare.push(await cpuPerRequest(barePid, new URL(path, bare.url).href));
   }
 } finally {
   await bare.close();
+  await against?.close();
   await deno.stop();
   await workerDo.close();
   await workerMemory.close();
@@ -218,6 +243,13 @@ console.log(
     ratio(cpu.workerDo)
   } of Deno) |`,
 );
+if (AGAINST !== undefined) {
+  console.log(
+    `| CPU per JSON 200, workerd, Durable Object store, --against checkout | ${us(cpu.against)} (${
+      ratio(cpu.against)
+    } of Deno; this checkout ${(median(cpu.workerDo) / median(cpu.against)).toFixed(2)} of it) |`,
+  );
+}
 console.log(
   `| CPU per JSON 200, workerd, memory store | ${us(cpu.workerMemory)} (${
     ratio(cpu.workerMemory)

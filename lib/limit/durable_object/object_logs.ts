@@ -234,11 +234,19 @@ export class CallerLogs {
   }
 }
 
-/** The index of `log`'s first timestamp after `cutoff` (its length when none is). */
+/**
+ * The index of `log`'s first timestamp after `cutoff` (its length when none is), by bisection: a
+ * log keeps its newest `limit` hits whatever the window, so most of a long one may be out of it.
+ */
 function firstLive(log: readonly number[], cutoff: number): number {
-  let expired = 0;
-  while (expired < log.length && log[expired]! <= cutoff) expired++;
-  return expired;
+  let low = 0;
+  let high = log.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (log[middle]! <= cutoff) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 /** `log` without the timestamps at or before `cutoff` (the same array when none is). */
