@@ -49,6 +49,8 @@ export interface ServeWorkerOptions {
   bindings?: Record<string, VarValue>;
   /** Receives each line the Worker logs (its console), instead of this process's output. */
   onLog?: (line: { message: string; level: string }) => void;
+  /** A port of 127.0.0.1 for workerd's V8 inspector (benchmarks read the isolate's heap there). */
+  inspectorPort?: number;
   /** `PUBLIC_BASE_URL` when neither wrangler.json's vars nor `bindings` set it. */
   baseUrl?: string;
   /**
@@ -100,6 +102,9 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
     host: "127.0.0.1",
     port: options.port,
     ...(options.onLog ? { handleStructuredLogs: logTo(options.onLog) } : {}),
+    ...(options.inspectorPort === undefined
+      ? {}
+      : { inspectorPort: options.inspectorPort, inspectorHost: "127.0.0.1" }),
   });
   try {
     const url = await miniflare.ready;

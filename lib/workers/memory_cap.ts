@@ -1,7 +1,7 @@
 /**
  * How many callers the memory store may hold in one Worker isolate (`RATE_LIMIT_STORE=memory` on
  * Workers): an isolate has 128 MB, and the Deno default of 500,000 callers at a limit of 60 would
- * take about 500 MB (lib/limit/README.md, "Sizing `RATE_LIMIT_MAX_CALLERS`"). The store gets
+ * take about 500 MB (the memory formula of lib/limit/README.md). The store gets
  * {@linkcode WORKERS_STORE_BUDGET} of it, the rest being the Worker's own (measured on workerd:
  * lib/limit/README.md, "Durable Objects on Workers").
  *
