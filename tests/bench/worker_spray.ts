@@ -1,12 +1,15 @@
 /**
- * The memory store in a Worker isolate (`RATE_LIMIT_STORE=memory` on workerd), sprayed: workerd's
- * resident memory (`/proc/<pid>/status`) with the Worker warmed, after one request each from as
- * many callers as the store's cap on Workers (`lib/workers/memory_cap.ts`), and after a smaller
- * set of callers each using its whole limit of 60 (the costliest log), so that the cap's worst case
- * can be set against an isolate's 128 MB (lib/limit/README.md, "Durable Objects on Workers").
+ * The memory store in a Worker isolate (`RATE_LIMIT_STORE=memory` on workerd), sprayed: the
+ * isolate's heap and array buffers as V8's inspector reports them (`Runtime.getHeapUsage` through
+ * workerd's inspector), with the Worker warmed, after one request each from `--callers` new callers
+ * (by default the store's cap on Workers), and after `--full` new callers each using its whole limit
+ * of 60 (the costliest log), to be set against an isolate's 128 MB (lib/limit/README.md, "Durable
+ * Objects on Workers"). workerd's resident memory is printed beside it but says little: it grows by
+ * hundreds of MiB with requests whatever the store holds (local workerd enforces no isolate limit).
  *
- * Run: `deno task bench:worker-spray` (about a minute). Bounded: `--callers` at most the cap,
- * `--full` callers x 60 requests, 16 at a time, to 127.0.0.1 only.
+ * Run: `deno task bench:worker-spray` (about 2 minutes). Bounded: `--callers` at most the store's
+ * cap on Workers (`lib/workers/memory_cap.ts`), `--full` at most 5,000, 16 requests at a time, to
+ * 127.0.0.1 only.
  *
  * @module
  */
@@ -17,7 +20,7 @@ import { buildWorker } from "../../lib/build/worker.ts";
 import { serveWorker } from "../../lib/build/worker_dev.ts";
 import { workersMaxCallers } from "../../lib/workers/memory_cap.ts";
 import { ROOT } from "../_deno_info.ts";
-import { status } from "./_proc.ts";
+import { freePort, status } from "./_proc.ts";
 
 const CAP = workersMaxCallers(60);
 const { values } = parseArgs({
@@ -25,7 +28,7 @@ const { values } = parseArgs({
   options: { callers: { type: "string", default: String(CAP) }, full: { type: "string" } },
 });
 const CALLERS = Math.min(CAP, Math.max(1, Number(values.callers)));
-const FULL = Math.min(5_000, Math.max(1, Number(values.full ?? "2000")));
+const FULL = Math.min(5_000, Math.max(1, Number(values.full ?? "1000")));
 const CONCURRENCY = 16;
 
 /** The workerd process among this process's children. */
@@ -50,14 +53,50 @@ async function spray(url: URL, count: number, callerOf: (i: number) => number): 
         headers: { "cf-connecting-ip": addressOf(callerOf(i)) },
       });
       await response.arrayBuffer();
-      if (response.status !== 200) throw new Error(`request ${i}: ${response.status}`);
+      if (response.status !== 200 && response.status !== 429) {
+        throw new Error(`request ${i}: ${response.status}`);
+      }
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, lane));
 }
 
 const MIB = 1024 * 1024;
+
+/** The isolate's heap as V8's inspector reports it (`Runtime.getHeapUsage`), in bytes. */
+interface HeapUsage {
+  usedSize: number;
+  totalSize: number;
+  backingStorageSize: number;
+}
+
+/** A V8 inspector session on the Worker's isolate (workerd's inspector, target `core:user:discovery`). */
+async function inspect(port: number): Promise<{ heap(): Promise<HeapUsage>; close(): void }> {
+  const socket = new WebSocket(`ws://127.0.0.1:${port}/core:user:discovery`);
+  await new Promise((resolve, reject) => {
+    socket.onopen = resolve;
+    socket.onerror = reject;
+  });
+  const pending = new Map<number, (result: unknown) => void>();
+  socket.onmessage = (event) => {
+    const message = JSON.parse(String(event.data)) as { id?: number; result?: unknown };
+    if (message.id !== undefined) pending.get(message.id)?.(message.result);
+  };
+  let id = 0;
+  const call = (method: string) =>
+    new Promise<unknown>((resolve) => {
+      pending.set(++id, resolve);
+      socket.send(JSON.stringify({ id, method, params: {} }));
+    });
+  await call("Runtime.enable");
+  return {
+    heap: () => call("Runtime.getHeapUsage") as Promise<HeapUsage>,
+    close: () => socket.close(),
+  };
+}
+
 await buildWorker(ROOT);
+const inspectorPort = freePort();
 const served = await serveWorker({
   root: ROOT,
   port: 0,
@@ -67,6 +106,7 @@ const served = await serveWorker({
     RATE_LIMIT_STORE: "memory",
     ACCESS_LOG: "false",
   },
+  inspectorPort,
 });
 try {
   const pid = await workerdPid();
@@ -74,24 +114,40 @@ try {
   for (const path of ["/api/v1/platform", "/", "/llms.txt", "/openapi.json", "/developers"]) {
     await (await fetch(new URL(path, served.url))).arrayBuffer();
   }
-  const warm = await status(pid);
+  const session = await inspect(inspectorPort);
+  const rows: string[] = [];
+  const mib = (bytes: number) => `${(bytes / MIB).toFixed(1)} MiB`;
+  const row = async (label: string) => {
+    const heap = await session.heap();
+    rows.push(
+      `| ${label} | ${mib(heap.usedSize)} | ${mib(heap.totalSize)} | ${
+        mib(heap.backingStorageSize)
+      } | ${mib(heap.totalSize + heap.backingStorageSize)} | ${
+        (await status(pid)).rss.toFixed(0)
+      } MiB |`,
+    );
+    return heap;
+  };
+  const warm = await row("warmed (every path built)");
   await spray(platform, CALLERS, (i) => i);
-  const sprayed = await status(pid);
-  // Callers past the sprayed ones, each sending 60 requests in turn: a full log each.
+  const sprayed = await row(`+ ${CALLERS} new callers, one request each`);
   await spray(platform, FULL * 60, (i) => CALLERS + Math.floor(i / 60));
-  const full = await status(pid);
-  // `status` reads MiB.
-  const perFull = (full.rss - sprayed.rss) * MIB / FULL;
-  const mib = (value: number) => `${value.toFixed(1)} MiB`;
-  console.log(`| workerd, memory store, limit 60, cap ${CAP} | resident |\n|---|---|`);
-  console.log(`| warmed (every path built) | ${mib(warm.rss)} |`);
-  console.log(`| after ${CALLERS} callers, one request each | ${mib(sprayed.rss)} |`);
-  console.log(`| after ${FULL} more callers, 60 requests each | ${mib(full.rss)} |`);
-  console.log(`| per caller with a full log (difference / ${FULL}) | ${perFull.toFixed(0)} B |`);
+  const full = await row(`+ ${FULL} new callers, 60 requests each`);
+  session.close();
+  const isolate = (heap: HeapUsage) => heap.totalSize + heap.backingStorageSize;
+  const perFull = (full.backingStorageSize - sprayed.backingStorageSize) / FULL;
   console.log(
-    `| the cap at full logs, from warmed (projected) | ${mib(warm.rss + CAP * perFull / MIB)} |`,
+    `| workerd, memory store, limit 60, cap ${CAP} | heap used | heap total | array buffers | total + buffers | workerd RSS |`,
   );
-  console.log(`| peak (VmHWM) | ${mib(full.hwm)} |`);
+  console.log(`|---|---|---|---|---|---|`);
+  for (const line of rows) console.log(line);
+  console.log(
+    `\nper new caller, one request: ${
+      ((isolate(sprayed) - isolate(warm)) / CALLERS).toFixed(0)
+    } B of heap total + buffers; per caller with a full log: ${
+      perFull.toFixed(0)
+    } B of array buffers; the cap at full logs: ${mib(isolate(warm) + CAP * perFull)} projected`,
+  );
 } finally {
   await served.close();
 }
