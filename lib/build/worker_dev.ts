@@ -8,8 +8,16 @@
  * listens on the port it is given (0 in tests) and says so, and the tests start and stop it in
  * process, with a storage folder of their own. `wrangler.json` stays the one description of the
  * Worker: its compatibility date, its Durable Object bindings and its vars are read from it here.
- * Bindings: the vars of `wrangler.json`, then the service's variables (`lib/config.ts`) set in this
- * process's environment, so `RATE_LIMIT=5 deno task worker` works as with `deno task start`.
+ * Bindings: the vars of `wrangler.json` (JSON values as wrangler passes them: `"RATE_LIMIT": 5` is a
+ * number), then the service's variables (`lib/config.ts`) set in this process's environment, so
+ * `RATE_LIMIT=5 deno task worker` works as with `deno task start`. `PUBLIC_BASE_URL`, which the
+ * Worker requires, defaults here to `http://127.0.0.1:$PORT`: this task is the deployment, and it
+ * knows its address; a request never sets it.
+ *
+ * Not a server for the open internet: it listens on 127.0.0.1 only, and workerd's own HTTP front
+ * answers malformed requests (unknown methods, bad `Host`, absolute-form targets, odd
+ * `Content-Length`) 500 or 501 without the service's Error shape, where Cloudflare's edge refuses
+ * them before the Worker (deploy/README.md, "Cloudflare Workers").
  *
  * @module
  */
@@ -23,8 +31,11 @@ import { buildWorker, WORKER_DIR, WORKER_MODULE } from "./worker.ts";
 interface WranglerConfig {
   compatibility_date: string;
   durable_objects: { bindings: Array<{ name: string; class_name: string }> };
-  vars?: Record<string, string>;
+  vars?: Record<string, VarValue>;
 }
+
+/** A var as `wrangler.json` may give it: text, or a JSON number or boolean (objects are refused). */
+export type VarValue = string | number | boolean;
 
 /** Options of {@linkcode serveWorker}. */
 export interface ServeWorkerOptions {
@@ -34,8 +45,14 @@ export interface ServeWorkerOptions {
   port: number;
   /** Where the Durable Objects keep their storage; `false` keeps it in memory. */
   persist: string | false;
-  /** Bindings over wrangler.json's vars (strings: vars and secrets). */
-  bindings?: Record<string, string>;
+  /** Bindings over wrangler.json's vars (vars and secrets). */
+  bindings?: Record<string, VarValue>;
+  /** Receives each line the Worker logs (its console), instead of this process's output. */
+  onLog?: (line: { message: string; level: string }) => void;
+  /** A port of 127.0.0.1 for workerd's V8 inspector (benchmarks read the isolate's heap there). */
+  inspectorPort?: number;
+  /** `PUBLIC_BASE_URL` when neither wrangler.json's vars nor `bindings` set it. */
+  baseUrl?: string;
   /**
    * How many Workers to run, each its own isolate on a port of its own, all bound to the first
    * one's Durable Object namespace, as Cloudflare's isolates share it (default 1; tests).
@@ -66,7 +83,11 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
     scriptPath: `${root}/${WORKER_MODULE}`,
     modulesRoot: `${root}/${WORKER_DIR}`,
     compatibilityDate: wrangler.compatibility_date,
-    bindings: { ...wrangler.vars, ...options.bindings },
+    bindings: {
+      ...(options.baseUrl === undefined ? {} : { PUBLIC_BASE_URL: options.baseUrl }),
+      ...wrangler.vars,
+      ...options.bindings,
+    },
     durableObjects: Object.fromEntries(
       wrangler.durable_objects.bindings.map(({ name, class_name }) => [
         name,
@@ -80,6 +101,10 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
     durableObjectsPersist: options.persist,
     host: "127.0.0.1",
     port: options.port,
+    ...(options.onLog ? { handleStructuredLogs: logTo(options.onLog) } : {}),
+    ...(options.inspectorPort === undefined
+      ? {}
+      : { inspectorPort: options.inspectorPort, inspectorHost: "127.0.0.1" }),
   });
   try {
     const url = await miniflare.ready;
@@ -91,6 +116,15 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
     await miniflare.dispose().catch(() => {});
     throw error;
   }
+}
+
+/** A miniflare log handler over `onLog` (miniflare checks that a handler returns nothing). */
+function logTo(
+  onLog: NonNullable<ServeWorkerOptions["onLog"]>,
+): (line: { message: string; level: string }) => void {
+  return ({ message, level }) => {
+    onLog({ message, level });
+  };
 }
 
 /** The service's variables set in this process's environment. */
@@ -119,6 +153,7 @@ if (import.meta.main) {
     port,
     persist: `${root}/${WORKER_DIR}/state`,
     bindings: environmentBindings(),
+    ...(port === 0 ? {} : { baseUrl: `http://127.0.0.1:${port}` }),
   });
   console.log(`serving the Worker on workerd at ${served.url.origin} (Ctrl-C stops)`);
   const stop = () => served.close().then(() => Deno.exit(0));

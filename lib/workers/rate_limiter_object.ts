@@ -10,13 +10,18 @@
  * delivered (`blockConcurrencyWhile`), so every decision after that is synchronous.
  *
  * Bounded: at most `OBJECT_MAX_TIMESTAMPS` timestamps, in memory and in storage (`lib/limit/durable_object/object_logs.ts`).
- * Idle callers are dropped by an alarm set one window after the first counted request; it forgets
- * the callers with nothing left in the window, deletes their values, and sets itself again for the
- * next caller to become idle. When no caller is left it deletes all of the object's storage, so an
- * idle object costs nothing.
+ * Idle callers are dropped by an alarm set `IDLE_AFTER_MS` (a day, the longest window) after the
+ * first counted request; it forgets the callers with nothing counted in that time, deletes their
+ * values, and sets itself again for the next caller to become idle. When no caller is left it
+ * deletes all of the object's storage, so an idle object costs nothing.
  *
  * The policy arrives with every call, from the Worker's validated configuration: one source of
- * truth, and a deployment that changes it needs no migration.
+ * truth, and a deployment that changes it needs no migration. Nothing of it is stored: a caller's
+ * value is its newest `limit` hits, right under any window, and the sweep waits out the longest
+ * window, so a window lengthened in a deploy hands out no quota. A new caller costs two rows
+ * written (its value and the alarm), an admitted request one. Values stored by the earlier layout
+ * (the same `Float64Array` per caller, plus a `window` key now unread and deleted with the rest)
+ * are read as they are: a deploy keeps every count.
  *
  * @module
  */
@@ -27,6 +32,7 @@ import {
   CallerLogs,
   checkDurablePolicy,
   checkKey,
+  IDLE_AFTER_MS,
   type LogChange,
   logOfStored,
 } from "../limit/durable_object/object_logs.ts";
@@ -66,15 +72,10 @@ const DELETE_BATCH = 128;
 /** The prefix of a caller's stored log: the rest of the key is the caller key. */
 const CALLER = "c:";
 
-/** Where the window of the last call is stored, for an alarm that wakes a restarted object. */
-const WINDOW = "window";
-
 /** The rate limiter's Durable Object class (bound as `RATE_LIMITER`, with a SQLite-backed migration). */
 export class RateLimiterObject extends DurableObject {
   declare readonly ctx: State;
   readonly #logs = new CallerLogs();
-  /** The window of the last call: how long a caller stays after its newest request. */
-  #windowMs = 0;
   /** When the alarm is set for, as this object set it; undefined when none is. */
   #alarmAt: number | undefined;
 
@@ -86,10 +87,13 @@ export class RateLimiterObject extends DurableObject {
       for (const [key, value] of stored) {
         this.#logs.load(key.slice(CALLER.length), logOfStored(value));
       }
-      const windowMs = await ctx.storage.get(WINDOW);
-      if (typeof windowMs === "number") this.#windowMs = windowMs;
       this.#alarmAt = (await ctx.storage.getAlarm()) ?? undefined;
     });
+  }
+
+  /** How long a caller is kept after its newest counted request (a test may shorten it). */
+  protected get idleAfterMs(): number {
+    return IDLE_AFTER_MS;
   }
 
   /** Decides on a request of `key` now, counts it when admitted, and writes the change through. */
@@ -100,11 +104,7 @@ export class RateLimiterObject extends DurableObject {
     const { decision, changes } = this.#logs.hit(key, now, policy);
     if (changes.length > 0) {
       this.#write(changes);
-      if (policy.windowMs !== this.#windowMs) {
-        this.#windowMs = policy.windowMs;
-        void this.ctx.storage.put(WINDOW, policy.windowMs);
-      }
-      if (this.#alarmAt === undefined) this.#setAlarm(now + policy.windowMs);
+      if (this.#alarmAt === undefined) this.#setAlarm(now + this.idleAfterMs);
     }
     return onTheWire(decision); // a refusal's exact reset too: the isolate answers it from memory
   }
@@ -130,10 +130,9 @@ export class RateLimiterObject extends DurableObject {
   /** The idle sweep: forgets idle callers, and sets the next sweep or empties the storage. */
   async alarm(): Promise<void> {
     this.#alarmAt = undefined;
-    const { removed, nextAt } = this.#logs.sweep(Date.now(), this.#windowMs);
+    const { removed, nextAt } = this.#logs.sweep(Date.now(), this.idleAfterMs);
     if (nextAt === undefined) {
       await this.ctx.storage.deleteAll();
-      this.#windowMs = 0; // deleted with the rest: the next change stores it again
       return;
     }
     const keys = removed.map((key) => CALLER + key);

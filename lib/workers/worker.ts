@@ -4,19 +4,21 @@
  *
  * - Configuration: the Worker's bindings (vars and secrets) through `lib/config.ts`'s rules
  *   (`bindings.ts`), read once per isolate, at its first request (a Worker's `env` exists only
- *   there). Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
+ *   there), and nothing of that request: no value of a request becomes configuration. Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
  *   the problems are logged, one message, once per isolate (`wrangler tail`, Workers Logs): a
  *   Worker cannot refuse to start, and a 500 is what a monitor notices.
  * - Content: the static files' texts, given by the build (`lib/build/worker.ts` embeds `static/`): no file
  *   system.
- * - Caller: `CF-Connecting-IP`, which Cloudflare's edge sets, replacing any a client sent; locally
- *   (`deno task worker`, miniflare) a client's is passed on as sent, else it is the loopback peer.
- *   A request without it (a service binding, another Worker) or with a value that is no IP address
- *   has no address: one shared budget, logged once.
+ * - Caller: `CF-Connecting-IPv6` where Cloudflare sets it (the zone's Pseudo IPv4 rewrites an IPv6
+ *   caller's `CF-Connecting-IP` into a class E IPv4 hash, and keeps the real address there), else
+ *   `CF-Connecting-IP`; the edge sets both, replacing any a client sent. Locally (`deno task
+ *   worker`, miniflare) a client's are passed on as sent. A request without either (a service
+ *   binding) or with a value that is no IP address has no address: one shared budget, logged once.
+ *   Another zone's Worker arrives from Cloudflare's Workers address: deploy/README.md.
  * - Responses: built per request (`keep: false`): a `Response` belongs to the request that made it.
  * - No timers: no warm-up (each path builds its representations on its first request), the memory
- *   store sweeps nothing (its caller cap bounds it), the access log writes per request to the
- *   console. Compression is left to Cloudflare's edge (lib/README.md, "Compression and caching").
+ *   store sweeps nothing (its caller cap, sized for an isolate, bounds it), the access log (off
+ *   unless `ACCESS_LOG` is set) writes per request to the console. Compression is left to Cloudflare's edge (lib/README.md, "Compression and caching").
  *
  * @module
  */
@@ -60,7 +62,8 @@ type Started = { ok: true; handler: ServiceHandler } | { ok: false };
  * const request = new Request("https://api.example.com/api/v1/platform", {
  *   headers: { "cf-connecting-ip": "192.0.2.7" },
  * });
- * const response = await worker.fetch(request, { RATE_LIMIT_STORE: "memory" });
+ * const env = { RATE_LIMIT_STORE: "memory", PUBLIC_BASE_URL: "https://api.example.com" };
+ * const response = await worker.fetch(request, env);
  * assert.equal(response.status, 200);
  * assert.equal(response.headers.get("ratelimit-remaining"), "59");
  * const platform = await response.json();
@@ -74,7 +77,7 @@ export function createWorker(
   let started: Started | undefined;
   return {
     fetch(request, env) {
-      started ??= start(request, env, files, openDurable);
+      started ??= start(env, files, openDurable);
       if (!started.ok) return misconfigured();
       return started.handler(request, peerOf(request));
     },
@@ -82,12 +85,16 @@ export function createWorker(
 }
 
 /**
- * The caller's address as Cloudflare gives it; none without `CF-Connecting-IP` or with a value that
+ * The caller's address as Cloudflare gives it: `CF-Connecting-IPv6` when it is an IPv6 address
+ * (Pseudo IPv4 set to overwrite), else `CF-Connecting-IP`; none without either or with a value that
  * is no IP address (Cloudflare always sets one; a hostile value reaches here only locally, and must
  * not become a caller key of its own).
  */
 export function peerOf(request: Request): PeerInfo {
-  const address = request.headers.get("cf-connecting-ip");
+  const headers = request.headers;
+  const v6 = headers.get("cf-connecting-ipv6");
+  if (v6 !== null && parseIp(v6)?.length === 16) return { remoteAddr: { hostname: v6 } };
+  const address = headers.get("cf-connecting-ip");
   return {
     remoteAddr: address !== null && parseIp(address) !== undefined
       ? { hostname: address }
@@ -95,14 +102,13 @@ export function peerOf(request: Request): PeerInfo {
   };
 }
 
-/** Configures the isolate at its first request: the handler, or the problems logged once. */
+/** Configures the isolate at its first request from its bindings: the handler, or the problems logged once. */
 function start(
-  request: Request,
   env: Bindings,
   files: Readonly<Record<string, string>>,
   openDurable: OpenDurableStore,
 ): Started {
-  const configured = workerConfig(env, new URL(request.url).origin);
+  const configured = workerConfig(env);
   if (!configured.ok) {
     console.error(formatConfigErrors(configured.errors));
     return { ok: false };
@@ -125,7 +131,7 @@ function start(
     onError: (error) => console.error("unexpected error answered 500", describe(error)),
     onNoAddress: () =>
       console.error(
-        "a request came without CF-Connecting-IP (a service binding or another Worker): every such request shares ONE rate-limit budget. Said once.",
+        "a request came without CF-Connecting-IP (a service binding): every such request shares ONE rate-limit budget. Said once.",
       ),
   });
   return { ok: true, handler };

@@ -36,22 +36,40 @@ import { startTaskArgs } from "./_start_task.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
-  options: { rounds: { type: "string", default: "3" }, duration: { type: "string", default: "3" } },
+  options: {
+    rounds: { type: "string", default: "3" },
+    duration: { type: "string", default: "3" },
+    against: { type: "string" },
+  },
 });
+/**
+ * Another checkout whose Worker is built (`deno task worker:build`): its Durable Object Worker runs
+ * beside this one's, in the same rounds, for a before/after ratio.
+ */
+const AGAINST = values.against;
 const ROUNDS = Math.min(10, Math.max(1, Number(values.rounds)));
 const DURATION = Math.min(10, Math.max(1, Number(values.duration)));
 /** The callers of the admitted load (`worker.lua`), all warm after the first round. */
 const CALLERS = 500;
-/** The load's callers, none near its limit; Deno reads them behind a trusted proxy. */
+/**
+ * The load's callers, none near its limit; Deno reads them behind a trusted proxy. A limit of 1,000
+ * per 60 s: the memory store's cap on Workers at that limit (2,500 callers) holds them all.
+ */
 const LOAD = {
-  RATE_LIMIT: "10000",
+  PUBLIC_BASE_URL: "http://127.0.0.1",
+  RATE_LIMIT: "1000",
   RATE_LIMIT_WINDOW_SECONDS: "60",
   ACCESS_LOG: "false",
   TRUSTED_PROXIES: "127.0.0.1",
 };
 const CLOCK_TICKS = 100;
 /** The hammer's servers: the default limit, so that it is refused after its first 60. */
-const LIMITED = { RATE_LIMIT: "60", RATE_LIMIT_WINDOW_SECONDS: "60", ACCESS_LOG: "false" };
+const LIMITED = {
+  PUBLIC_BASE_URL: "http://127.0.0.1",
+  RATE_LIMIT: "60",
+  RATE_LIMIT_WINDOW_SECONDS: "60",
+  ACCESS_LOG: "false",
+};
 const HAMMER_CONNECTIONS = 64;
 const HAMMER_SECONDS = 10;
 /** Runs of the hammer per store (the lower CPU per request of them is compared). */
@@ -184,11 +202,14 @@ interface Workerd {
  * The Worker on workerd with `bindings` (its Durable Object storage in memory), or, given the
  * Platform's JSON as a string, the bare Worker that only sends it; with its workerd's pid.
  */
-async function startWorkerd(bindings: Record<string, string> | string): Promise<Workerd> {
+async function startWorkerd(
+  bindings: Record<string, string> | string,
+  root = ROOT,
+): Promise<Workerd> {
   const before = new Set(await workerdPids());
   const served = typeof bindings === "string"
     ? await startBareWorker(bindings)
-    : await serveWorker({ root: ROOT, port: 0, persist: false, bindings });
+    : await serveWorker({ root, port: 0, persist: false, bindings });
   const pid = (await workerdPids()).find((pid) => !before.has(pid));
   if (pid === undefined) throw new Error("no new workerd process");
   return { url: served.url, pid, close: () => served.close() };
@@ -293,16 +314,21 @@ const platformJson = await (await fetch(new URL(path, workerMemory.url))).text()
 const bare = await startWorkerd(platformJson);
 const hammeredDo = await startWorkerd(LIMITED);
 const hammeredMemory = await startWorkerd({ ...LIMITED, RATE_LIMIT_STORE: "memory" });
+const against = AGAINST === undefined ? undefined : await startWorkerd(LOAD, AGAINST);
 const cpu = {
   deno: [] as number[],
   workerDo: [] as number[],
   workerMemory: [] as number[],
   bare: [] as number[],
+  against: [] as number[],
 };
 const hammers = { workerDo: [] as Hammered[], workerMemory: [] as Hammered[] };
 try {
   for (let round = 0; round < ROUNDS; round++) {
     cpu.deno.push(await cpuPerRequest(deno.pid, deno.url));
+    if (against !== undefined) {
+      cpu.against.push(await cpuPerRequest(against.pid, new URL(path, against.url).href));
+    }
     cpu.workerDo.push(await cpuPerRequest(workerDo.pid, new URL(path, workerDo.url).href));
     cpu.workerMemory.push(
       await cpuPerRequest(workerMemory.pid, new URL(path, workerMemory.url).href),
@@ -319,6 +345,7 @@ try {
   for (const server of [bare, workerDo, workerMemory, hammeredDo, hammeredMemory]) {
     await server.close();
   }
+  await against?.close();
   await deno.stop();
 }
 const cold = await coldStart();
@@ -350,6 +377,14 @@ function report(): void {
     "CPU per request, workerd, a Worker sending the same bytes only",
     `${us(cpu.bare)} (${ratio(cpu.bare)} of Deno)`,
   );
+  if (cpu.against.length > 0) {
+    row(
+      `CPU per JSON 200, workerd, Durable Object store of ${AGAINST}`,
+      `${us(cpu.against)} (this checkout's ÷ it: ${
+        (median(cpu.workerDo) / median(cpu.against)).toFixed(2)
+      })`,
+    );
+  }
   const lower = (runs: Hammered[]) => Math.min(...runs.map((h) => h.cpuUs));
   for (
     const [name, runs] of [["Durable Object", hammers.workerDo], [

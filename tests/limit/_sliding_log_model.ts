@@ -31,19 +31,28 @@ export class SlidingLogModel {
   /** Per caller: the logs the store may hold (ascending), at least one. */
   readonly #logs = new Map<string, number[][]>();
 
-  /** A model of a store under `policy` that has seen nothing. */
-  constructor(policy: RateLimitPolicy) {
+  /** Whether a log keeps its newest `limit` times rather than those in the window. */
+  readonly #keepNewest: boolean;
+
+  /**
+   * A model of a store under `policy` that has seen nothing. `keepNewest`: the store keeps each
+   * caller's newest `limit` times whatever the window (the Durable Object's logs), so a clock that
+   * steps back finds the times it had left behind still counted.
+   */
+  constructor(policy: RateLimitPolicy, options: { keepNewest?: boolean } = {}) {
     this.#limit = policy.limit;
     this.#windowMs = policy.windowMs;
+    this.#keepNewest = options.keepNewest ?? false;
   }
 
   /** Checks the store's answer to a request of `key` at `now`, and counts it as the store did. */
   hit(key: string, now: number, answer: Answer): void {
     const next: number[][] = [];
     for (const log of this.#pick(key, now, answer, "hit")) {
-      const live = log.filter((t) => t > now - this.#windowMs);
-      if (answer.allowed) live.push(now);
-      next.push(live.sort((a, b) => a - b));
+      const kept = this.#keepNewest ? [...log] : log.filter((t) => t > now - this.#windowMs);
+      if (answer.allowed) kept.push(now);
+      kept.sort((a, b) => a - b);
+      next.push(this.#keepNewest ? kept.slice(-this.#limit) : kept);
     }
     this.#logs.set(key, dedupe(next));
   }

@@ -18,10 +18,20 @@ import {
   type RateLimiterStub,
 } from "../../lib/limit/durable_object/durable_object_store.ts";
 import type { GuardedStore, StoreFailurePolicy } from "../../lib/limit/guard/guarded_store.ts";
-import { RateLimiterObject } from "../../lib/workers/rate_limiter_object.ts";
+import { RateLimiterObject as ShippedObject } from "../../lib/workers/rate_limiter_object.ts";
 import type { Decision, RateLimitPolicy } from "../../lib/limit/core/decision.ts";
 
-export { RateLimiterObject };
+/**
+ * The shipped object, keeping an idle caller `IDLE_MS` (a binding) instead of a day when it is
+ * set, so that a test sees the idle sweep run.
+ */
+export class RateLimiterObject extends ShippedObject {
+  protected override get idleAfterMs(): number {
+    // `env` is the base class's (cloudflare:workers), which the shim here does not declare.
+    const idle = (this as unknown as { env: { IDLE_MS?: string } }).env.IDLE_MS;
+    return idle === undefined ? super.idleAfterMs : Number(idle);
+  }
+}
 
 /** The object's class with a `hit` that may answer later, as an RPC method may. */
 const Delayable: new (ctx: never, env: unknown) => Omit<RateLimiterObject, "hit"> & {

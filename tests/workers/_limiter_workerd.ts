@@ -63,6 +63,8 @@ export interface WorkerdOptions {
   limit?: number;
   /** The window in seconds (default 60). */
   windowSeconds?: number;
+  /** How long an idle caller is kept, in ms (default: the shipped object's day). */
+  idleMs?: number;
   /** A fixed number of shards; omitted, one object per caller. */
   shards?: number;
   /** How many Workers (each its own script and isolate) share the one namespace (default 1). */
@@ -87,6 +89,7 @@ export async function startLimiterWorkerd(options: WorkerdOptions): Promise<Work
     WINDOW_SECONDS: String(options.windowSeconds ?? 60),
   };
   if (options.shards !== undefined) bindings.SHARDS = String(options.shards);
+  if (options.idleMs !== undefined) bindings.IDLE_MS = String(options.idleMs);
   const count = options.workers ?? 1;
   const workers = Array.from({ length: count }, (_, i) => ({
     name: `limiter-${i}`,

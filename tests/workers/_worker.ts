@@ -8,7 +8,7 @@
  */
 
 import { buildWorker, type BuiltWorker } from "../../lib/build/worker.ts";
-import { type ServedWorker, serveWorker } from "../../lib/build/worker_dev.ts";
+import { type ServedWorker, serveWorker, type VarValue } from "../../lib/build/worker_dev.ts";
 import { ROOT } from "../_deno_info.ts";
 
 let built: Promise<BuiltWorker> | undefined;
@@ -31,12 +31,14 @@ export interface TestWorker extends AsyncDisposable {
 /**
  * Builds (once) and serves the Worker with `bindings` (vars), its Durable Object storage in
  * `persist` (a folder that outlives a restart), or in memory; `instances` Workers sharing the one
- * namespace.
+ * namespace. `PUBLIC_BASE_URL` is `http://127.0.0.1` unless `bindings` set it (`""` leaves it unset);
+ * `onLog` receives what the Worker logs.
  */
 export async function startWorker(
-  bindings: Record<string, string>,
+  bindings: Record<string, VarValue>,
   persist: string | false = false,
   instances = 1,
+  onLog?: (line: { message: string; level: string }) => void,
 ): Promise<TestWorker> {
   await builtWorker();
   const served: ServedWorker = await serveWorker({
@@ -44,7 +46,9 @@ export async function startWorker(
     port: 0,
     persist,
     bindings,
+    baseUrl: "http://127.0.0.1",
     instances,
+    ...(onLog ? { onLog } : {}),
   });
   const close = () => served.close();
   return {

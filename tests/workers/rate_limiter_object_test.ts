@@ -194,6 +194,7 @@ Deno.test("workerd: an object holds at most its cap of callers, and its alarm fo
       persist,
       limit: 10_000,
       windowSeconds: 1,
+      idleMs: 1_000,
       shards: 1,
     });
     try {
@@ -203,8 +204,9 @@ Deno.test("workerd: an object holds at most its cap of callers, and its alarm fo
       assert.equal(full.callers, 100);
       assert.equal(full.stored, 100);
       assert.equal(full.timestamps, 100);
-      // The window is a second: the alarm, set a window after the first request, forgets them all.
-      const deadline = Date.now() + 5_000;
+      // Idle after a second (a day when shipped): the alarm, set then, forgets them all (within
+      // 15 s: a machine busy with the parallel suite runs a one-second alarm late).
+      const deadline = Date.now() + 15_000;
       let usage = full;
       while (Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 100));
@@ -239,24 +241,24 @@ Deno.test("workerd: two workerd processes on one storage folder do not share obj
   });
 });
 
-Deno.test("workerd: the idle sweep set before a restart of workerd runs after it by the window the object stored: it keeps a caller still in the window", async () => {
+Deno.test("workerd: the idle sweep set before a restart of workerd runs after it: it keeps a caller counted since", async () => {
   await withFolder(async (persist) => {
-    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1 });
+    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1, idleMs: 1_000 });
     const usageOf = (url: URL) => getJson<ObjectUsage>(url, "/usage?name=192.0.2.5");
     let workerd: Workerd | undefined = await start();
     try {
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       const { alarm } = await usageOf(workerd.urls[0]!);
-      // A second request half a window later: the caller is in the window until a window after it.
+      // A second request half a second later: the caller is kept until a second after it.
       await new Promise((resolve) => setTimeout(resolve, 500));
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       await workerd.dispose();
       workerd = undefined;
       workerd = await start();
       const [url] = workerd.urls;
-      // The restarted object has had no call: only its stored window tells the alarm what is idle.
+      // The restarted object has had no call: only its stored logs tell the alarm what is idle.
       const waitFor = async (done: (usage: ObjectUsage) => boolean) => {
-        const deadline = Date.now() + 5_000;
+        const deadline = Date.now() + 15_000;
         let usage = await usageOf(url!);
         while (!done(usage) && Date.now() < deadline) {
           await new Promise((resolve) => setTimeout(resolve, 50));
@@ -270,6 +272,41 @@ Deno.test("workerd: the idle sweep set before a restart of workerd runs after it
       assert.ok(swept.alarm !== null && swept.alarm > alarm!, "and sets itself for when it leaves");
       const idle = await waitFor((usage) => usage.stored === 0 && usage.alarm === null);
       assert.deepEqual(idle, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+    } finally {
+      await workerd?.dispose();
+    }
+  });
+});
+
+Deno.test("workerd: a window lengthened by a deploy hands out no quota: the hits it now covers still count, swept or trimmed by the old window or not", async () => {
+  await withFolder(async (persist) => {
+    const key = "192.0.2.6";
+    // Limit 2 in 1 s: a hit, then another once the first has left that window.
+    let workerd: Workerd | undefined = await startLimiterWorkerd({
+      script,
+      persist,
+      limit: 2,
+      windowSeconds: 1,
+    });
+    try {
+      const first = Date.now();
+      assert.equal(await admittedOf(workerd.urls, key, 1), 1);
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      // Both admitted under 1 s: the first hit has left that window.
+      assert.equal(await admittedOf(workerd.urls, key, 1), 1);
+      await workerd.dispose();
+      workerd = undefined;
+      // The deploy: 2 in 10 s. Both hits are in that window, so the caller is refused until the
+      // first leaves it, 10 s after it was counted.
+      workerd = await startLimiterWorkerd({ script, persist, limit: 2, windowSeconds: 10 });
+      const report = await getJson<HitReport>(workerd.urls[0]!, `/hit?key=${key}`);
+      const expected = Math.ceil((first + 10_000 - Date.now()) / 1000);
+      assert.equal(report.decision.allowed, false, JSON.stringify(report));
+      assert.equal(report.decision.remaining, 0);
+      assert.ok(
+        Math.abs(report.decision.resetSeconds - expected) <= 1,
+        `reset ${report.decision.resetSeconds}, about ${expected}`,
+      );
     } finally {
       await workerd?.dispose();
     }

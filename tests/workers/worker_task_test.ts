@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { ROOT } from "../_deno_info.ts";
+import { rawRequest } from "../_server.ts";
 import { freePort } from "../bench/_proc.ts";
 
 /** The curl lines of README's quick start, as words. */
@@ -18,6 +19,29 @@ async function quickStartCurls(): Promise<string[][]> {
   return section.split("\n").filter((line) => line.startsWith("curl ")).map((line) =>
     (line.match(/'[^']*'|\S+/g) ?? []).map((word) => word.replace(/^'(.*)'$/, "$1"))
   );
+}
+
+/**
+ * The local addresses of the sockets listening on TCP `port`, from /proc/net/tcp and tcp6 (Linux):
+ * IPv4 ones dotted, IPv6 ones as 32 hex digits.
+ */
+async function listeners(port: number): Promise<string[]> {
+  const found: string[] = [];
+  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    const table = await Deno.readTextFile(file).catch(() => "");
+    for (const line of table.split("\n").slice(1)) {
+      const [, local, , state] = line.trim().split(/\s+/);
+      if (state !== "0A" || local === undefined) continue; // 0A: LISTEN
+      const [address, hexPort] = local.split(":");
+      if (parseInt(hexPort!, 16) !== port) continue;
+      found.push(
+        address!.length === 8
+          ? address!.match(/../g)!.reverse().map((byte) => parseInt(byte, 16)).join(".")
+          : address!,
+      );
+    }
+  }
+  return found;
 }
 
 /** Reads `stream` until a line contains `text`; the lines read so far on failure. */
@@ -36,7 +60,7 @@ async function waitForLine(stream: ReadableStream<Uint8Array>, text: string): Pr
   }
 }
 
-Deno.test("deno task worker serves the Worker on workerd at 127.0.0.1:$PORT, answers README's curl lines, and stops on SIGINT, workerd included", async () => {
+Deno.test("deno task worker serves the Worker on workerd at 127.0.0.1:$PORT only, its links naming that address whatever a request's Host, answers README's curl lines, and stops on SIGINT, workerd included", async () => {
   const curls = await quickStartCurls();
   assert.ok(curls.length >= 2, `README's quick start has curl lines: ${curls.length}`);
   const port = freePort();
@@ -49,6 +73,16 @@ Deno.test("deno task worker serves the Worker on workerd at 127.0.0.1:$PORT, ans
   }).spawn();
   try {
     await waitForLine(task.stdout, `http://127.0.0.1:${port}`);
+    // Listening on 127.0.0.1 only: not a server for the open internet (deploy/README.md).
+    assert.deepEqual(await listeners(port), ["127.0.0.1"]);
+    // PUBLIC_BASE_URL is the task's own address, whatever the first request's Host says.
+    const first = await rawRequest(`http://127.0.0.1:${port}`, "/api/v1/platform", {
+      headers: { host: "attacker.example" },
+    });
+    assert.equal(
+      JSON.parse(new TextDecoder().decode(first.body)).openapi,
+      `http://127.0.0.1:${port}/openapi.json`,
+    );
     for (const words of curls) {
       const args = words.slice(1).map((word) =>
         word.replace(/^http:\/\/localhost:8000(?=\/|$)/, `http://127.0.0.1:${port}`)

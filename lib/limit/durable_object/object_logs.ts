@@ -3,16 +3,20 @@
  * as plain state with no runtime API, so that the decision is the one every store makes
  * ({@linkcode decide}) and is tested under Deno like the other stores.
  *
- * Each caller's log is its counted timestamps, ascending, at most `limit` of them: a sliding log,
- * not an estimate. The object is the one owner of its callers (the platform runs exactly one
+ * Each caller's log is its newest counted timestamps, ascending, at most `limit` of them, whatever
+ * the window: a sliding log, not an estimate. Only the newest `limit` hits can ever refuse a caller,
+ * so keeping them, and not trimming by the window of the call, makes the answer right under any
+ * window a later deployment sets: a window lengthened in a deploy counts the hits it now covers,
+ * and hands out no quota. The object is the one owner of its callers (the platform runs exactly one
  * instance of an object), so its memory is the authority and its storage the durable copy: every
  * change a decision makes is reported so that the object writes it through.
  *
  * Bounded: an object holds at most {@linkcode OBJECT_MAX_TIMESTAMPS} timestamps, so at most
  * `floor(OBJECT_MAX_TIMESTAMPS / limit)` callers ({@linkcode maxCallersOf}); at the cap the caller
  * added longest ago is forgotten (as the memory store does), and its stored log deleted. A caller
- * whose newest counted request has left the window is idle and is dropped by {@linkcode
- * CallerLogs.sweep}, which the object runs from an alarm.
+ * whose newest counted request is older than {@linkcode IDLE_AFTER_MS} (the longest window the
+ * store takes, so no window of any deployment still counts it) is idle and is dropped by
+ * {@linkcode CallerLogs.sweep}, which the object runs from an alarm.
  *
  * @module
  */
@@ -33,6 +37,13 @@ export const OBJECT_MAX_TIMESTAMPS = 1_000_000;
  * value of the key-value storage backend holds at most 128 KiB (10,000 float64s are 80,000 bytes).
  */
 export const DURABLE_MAX_LIMIT = 10_000;
+
+/**
+ * How long after its newest counted request a caller is kept: the longest window the store takes
+ * (a day). A caller kept only one window of the call would come back with its hits forgotten under
+ * a window lengthened since.
+ */
+export const IDLE_AFTER_MS = 86_400_000;
 
 /** The longest caller key the store takes, in UTF-16 code units (caller keys are addresses). */
 export const MAX_KEY_LENGTH = 256;
@@ -84,7 +95,7 @@ export function checkDurablePolicy(policy: RateLimitPolicy): void {
   if (!Number.isInteger(limit) || limit < 1 || limit > DURABLE_MAX_LIMIT) {
     throw new RangeError(`the Durable Object store holds a limit of 1 to ${DURABLE_MAX_LIMIT}`);
   }
-  if (!Number.isInteger(windowMs) || windowMs < 1000 || windowMs > 86_400_000) {
+  if (!Number.isInteger(windowMs) || windowMs < 1000 || windowMs > IDLE_AFTER_MS) {
     throw new RangeError("the Durable Object store holds a window of 1 s to a day");
   }
 }
@@ -132,7 +143,8 @@ export function logOfStored(value: unknown): number[] {
  * const third = logs.hit("192.0.2.1", 1_002_000, policy);
  * assert.equal(third.decision.allowed, false);
  * assert.deepEqual(third.changes, []); // a refusal is not counted, so nothing is written
- * assert.deepEqual(logs.sweep(1_061_000, policy.windowMs).removed, ["192.0.2.1"]);
+ * assert.deepEqual(logs.sweep(1_061_000).removed, []); // kept a day: a longer window may count it
+ * assert.deepEqual(logs.sweep(1_001_000 + IDLE_AFTER_MS).removed, ["192.0.2.1"]);
  * ```
  */
 export class CallerLogs {
@@ -166,13 +178,16 @@ export class CallerLogs {
       log = [];
     } else {
       this.#timestamps -= log.length;
-      log = live(log, now - policy.windowMs);
+      log = live(log, now - IDLE_AFTER_MS);
       // Only when the limit was lowered under a live object: keep the newest `limit`.
       if (log.length > policy.limit) log = log.slice(log.length - policy.limit);
     }
-    const decision = decide(log.length, log[0], now, policy);
+    const first = firstLive(log, now - policy.windowMs);
+    const decision = decide(log.length - first, log[first], now, policy);
     if (decision.allowed) {
       insertInOrder(log, now);
+      // Admitted under the limit, so the oldest is out of the window: the newest `limit` stay.
+      if (log.length > policy.limit) log.shift();
       changes.push({ key, log });
     }
     // Never empty here: a caller with nothing in the window is admitted.
@@ -188,14 +203,15 @@ export class CallerLogs {
   }
 
   /**
-   * Forgets every caller whose newest counted request is at or before `now - windowMs` (nothing
-   * of theirs is left in the window), and says when the next of the others becomes idle.
+   * Forgets every caller whose newest counted request is at or before `now - idleAfterMs` (by
+   * default the longest window: nothing of theirs counts under any window), and says when the next
+   * of the others becomes idle.
    */
-  sweep(now: number, windowMs: number): SweepResult {
+  sweep(now: number, idleAfterMs: number = IDLE_AFTER_MS): SweepResult {
     const removed: string[] = [];
     let nextAt: number | undefined;
     for (const [key, log] of this.#logs) {
-      const idleAt = log[log.length - 1]! + windowMs;
+      const idleAt = log[log.length - 1]! + idleAfterMs;
       if (idleAt <= now) {
         removed.push(key);
         this.#logs.delete(key);
@@ -218,9 +234,23 @@ export class CallerLogs {
   }
 }
 
+/**
+ * The index of `log`'s first timestamp after `cutoff` (its length when none is), by bisection: a
+ * log keeps its newest `limit` hits whatever the window, so most of a long one may be out of it.
+ */
+function firstLive(log: readonly number[], cutoff: number): number {
+  let low = 0;
+  let high = log.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (log[middle]! <= cutoff) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
 /** `log` without the timestamps at or before `cutoff` (the same array when none is). */
 function live(log: number[], cutoff: number): number[] {
-  let expired = 0;
-  while (expired < log.length && log[expired]! <= cutoff) expired++;
+  const expired = firstLive(log, cutoff);
   return expired === 0 ? log : log.slice(expired);
 }

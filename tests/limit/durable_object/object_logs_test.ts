@@ -53,7 +53,7 @@ Deno.test("CallerLogs decides as an exact sliding log, through restarts, sweeps 
       ),
       (limit, steps) => {
         const policy = { limit, windowMs: 10_000 };
-        const model = new SlidingLogModel(policy);
+        const model = new SlidingLogModel(policy, { keepNewest: true });
         const storage = new Storage();
         let logs = new CallerLogs();
         let now = T0;
@@ -191,4 +191,28 @@ Deno.test("checkDurablePolicy() refuses a limit or window the store cannot hold"
   ) {
     assert.throws(() => checkDurablePolicy(policy), RangeError, JSON.stringify(policy));
   }
+});
+
+Deno.test("a window lengthened under a live object counts the hits it now covers, after a sweep and a restart too: no quota handed out", () => {
+  const key = "192.0.2.1";
+  const short = { limit: 2, windowMs: 1_000 };
+  const long = { limit: 2, windowMs: 10_000 };
+  const storage = new Storage();
+  const logs = new CallerLogs();
+  storage.apply(logs.hit(key, T0, short).changes);
+  // The first hit has left the short window: admitted, and both hits are kept.
+  const second = logs.hit(key, T0 + 1_500, short);
+  assert.equal(second.decision.allowed, true);
+  storage.apply(second.changes);
+  assert.deepEqual(logOfStored(storage.values.get(key)), [T0, T0 + 1_500]);
+  // The idle sweep (by default the longest window) keeps the caller.
+  assert.deepEqual(logs.sweep(T0 + 3_000).removed, []);
+  for (const decider of [logs, storage.restart()]) {
+    assert.deepEqual(decider.hit(key, T0 + 2_000, long).decision, {
+      allowed: false,
+      remaining: 0,
+      resetSeconds: 8,
+    });
+  }
+  assert.equal(logs.hit(key, T0 + 10_001, long).decision.allowed, true);
 });

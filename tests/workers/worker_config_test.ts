@@ -1,0 +1,93 @@
+/**
+ * The Worker's configuration comes from its deployment only, on real workerd (`deno task worker`'s
+ * `serveWorker`): a request's `Host` never becomes a link of the isolate, `PUBLIC_BASE_URL` unset is
+ * an invalid configuration said once with its name (not a 500 a first request can cause), and
+ * wrangler.json's vars written as JSON numbers and booleans mean what they say.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { rawRequest } from "../_server.ts";
+import { startWorker } from "./_worker.ts";
+
+const DECODER = new TextDecoder();
+
+/** Paths whose bodies hold the service's absolute links. */
+const LINKED = ["/api/v1/platform", "/", "/llms.txt", "/openapi.json"];
+
+/** `GET path` of caller 192.0.2.60 with `host`, its status and body as text. */
+async function get(url: string, path: string, host?: string) {
+  const response = await rawRequest(url, path, {
+    headers: { "cf-connecting-ip": "192.0.2.60", ...(host ? { host } : {}) },
+  });
+  return { status: response.status, body: DECODER.decode(response.body) };
+}
+
+Deno.test("a first request with Host: attacker.example names it in no response, its own or a later one", async () => {
+  await using worker = await startWorker({ PUBLIC_BASE_URL: "https://api.example.com" });
+  for (const host of ["attacker.example", "attacker.example.", "127.0.0.1"]) {
+    for (const path of LINKED) {
+      const { status, body } = await get(worker.url, path, host === "127.0.0.1" ? undefined : host);
+      assert.equal(status, 200, `${host} ${path}`);
+      assert.ok(!body.includes("attacker.example"), `${host} ${path} names attacker.example`);
+      if (path === "/api/v1/platform") {
+        assert.equal(JSON.parse(body).openapi, "https://api.example.com/openapi.json");
+      }
+    }
+  }
+});
+
+Deno.test("without PUBLIC_BASE_URL the isolate refuses its configuration, said once naming PUBLIC_BASE_URL, whatever the first request's Host", async () => {
+  const lines: string[] = [];
+  await using worker = await startWorker(
+    { PUBLIC_BASE_URL: "" },
+    false,
+    1,
+    ({ message }) => lines.push(message),
+  );
+  for (const host of ["attacker.example", "attacker.example.", undefined]) {
+    const { status, body } = await get(worker.url, "/api/v1/platform", host);
+    assert.equal(status, 500);
+    assert.equal(JSON.parse(body).error.code, "internal_error");
+    assert.ok(!body.includes("attacker.example"));
+  }
+  const said = lines.filter((line) => line.includes("Configuration is invalid"));
+  assert.equal(said.length, 1, lines.join("\n"));
+  assert.match(said[0]!, /PUBLIC_BASE_URL must be set on Workers/);
+  assert.ok(!said[0]!.includes("attacker.example"));
+});
+
+Deno.test('wrangler.json\'s vars as JSON values: "RATE_LIMIT": 5 admits 5 of one caller\'s 10, "ACCESS_LOG": false logs nothing, "RATE_LIMIT_STORE": "Memory" is memory', async () => {
+  for (const store of [{}, { RATE_LIMIT_STORE: "Memory" }]) {
+    const lines: string[] = [];
+    await using worker = await startWorker(
+      { RATE_LIMIT: 5, ACCESS_LOG: false, RATE_LIMIT_WINDOW_SECONDS: 60, ...store },
+      false,
+      1,
+      ({ message }) => lines.push(message),
+    );
+    const statuses: number[] = [];
+    let policy = "";
+    for (let i = 0; i < 10; i++) {
+      const response = await rawRequest(worker.url, "/api/v1/platform", {
+        headers: { "cf-connecting-ip": "192.0.2.61" },
+      });
+      statuses.push(response.status);
+      policy = response.headers.get("ratelimit-policy") ?? "";
+    }
+    const label = JSON.stringify(store);
+    assert.deepEqual(statuses, [...Array(5).fill(200), ...Array(5).fill(429)], label);
+    assert.equal(policy, '"default";q=5;w=60', label);
+    assert.deepEqual(lines, [], `${label}: nothing logged, no access log`);
+  }
+});
+
+Deno.test('RATE_LIMIT_STORE is compared as loadConfig compares it: "Memory" is the memory store, which takes a limit the Durable Object cannot', async () => {
+  await using worker = await startWorker({ RATE_LIMIT_STORE: "Memory", RATE_LIMIT: 20_000 });
+  const response = await rawRequest(worker.url, "/api/v1/platform", {
+    headers: { "cf-connecting-ip": "192.0.2.62" },
+  });
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get("ratelimit-policy"), '"default";q=20000;w=60');
+});
