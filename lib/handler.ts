@@ -18,6 +18,14 @@ import type { Config } from "./config.ts";
 import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller/caller_key.ts";
 import {
+  CALLER_DENIED,
+  CALLER_EXEMPT,
+  CALLER_LIMITED,
+  createCallerVerdict,
+  type ServedRefusal,
+  servedRefusal,
+} from "./limit/caller/caller_controls.ts";
+import {
   type Decision,
   pending,
   policyOf,
@@ -27,7 +35,13 @@ import {
   undecided,
 } from "./limit/core/decision.ts";
 import type { Content } from "./pages/content.ts";
-import { type Answers, type Chooser, createChooser, type PathAnswers } from "./respond/answers.ts";
+import {
+  type Answers,
+  type Chooser,
+  createChooser,
+  forMethod,
+  type PathAnswers,
+} from "./respond/answers.ts";
 import { buildAnswers } from "./respond/paths.ts";
 import {
   createResponseCache,
@@ -106,6 +120,7 @@ export interface HandlerOptions {
  */
 export function createHandler(options: HandlerOptions): ServiceHandler {
   const { store, now, answers, callerKeyOf, cache, choose, noDecision, record } = setUp(options);
+  const { verdictOf, servesAll, denied, noted } = controlsOf(options.config);
   const onError = options.onError;
   const answersOf = lastPathFirst(answers.paths);
 
@@ -116,9 +131,30 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
       : cache.respond(chosen, decision);
   };
 
+  // A would-be refusal served (an exempt caller, or RATE_LIMIT_MODE=report), noted for the log.
+  const served = (
+    request: Request,
+    path: PathAnswers | undefined,
+    decision: Decision,
+    why: ServedRefusal,
+  ) => {
+    if (decision.allowed) return answer(request, path, decision);
+    const response = answer(request, path, servedRefusal(decision));
+    return response instanceof Promise
+      ? response.then((sent) => note(noted, sent, why))
+      : note(noted, response, why);
+  };
+
   const handle = (request: Request, key: string, started: number, target: string) => {
     const path = answersOf(target);
     const method = request.method;
+    const verdict = verdictOf === undefined ? CALLER_LIMITED : verdictOf(key);
+    if (verdict === CALLER_DENIED) {
+      // Before any store call: a denied caller costs the store nothing, and a store that is down
+      // changes nothing for it.
+      const forbidden = forMethod((path?.fixed ?? answers.unknown).forbidden, method);
+      return note(noted, cache.respond(forbidden, denied), "denied");
+    }
     // The method first: a request that is not OPTIONS never asks for its headers here.
     if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
       const preflight = (path?.fixed ?? answers.unknown).preflight;
@@ -129,6 +165,13 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     }
     // A thenable too: a Durable Object's RPC result is not `instanceof Promise` (`pending`).
     const decision = store.hit(key, started);
+    // An exempt caller's would-be refusal is `exempted` in either mode: enforced, it is served too.
+    const serves = verdict === CALLER_EXEMPT ? "exempted" : servesAll;
+    if (serves !== undefined) {
+      return pending(decision)
+        ? Promise.resolve(decision).then((decided) => served(request, path, decided, serves))
+        : served(request, path, decision, serves);
+    }
     return pending(decision)
       ? Promise.resolve(decision).then((decided) => answer(request, path, decided))
       : answer(request, path, decision);
@@ -156,11 +199,27 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     }
     if (result instanceof Promise) {
       return result.catch((error) => fail(error, request)).then((response) => {
-        record?.(request.method, target, key, started, response.status, badHost(host, response));
+        record?.(
+          request.method,
+          target,
+          key,
+          started,
+          response.status,
+          badHost(host, response),
+          noted?.get(response),
+        );
         return response;
       });
     }
-    record?.(request.method, target, key, started, result.status, badHost(host, result));
+    record?.(
+      request.method,
+      target,
+      key,
+      started,
+      result.status,
+      badHost(host, result),
+      noted?.get(result),
+    );
     return result;
   };
   return Object.assign(handler, { prepare: once(() => prepareEager(answers)) });
@@ -215,6 +274,41 @@ function scheduleWarmUp(paths: ReadonlyMap<string, PathAnswers>, options: WarmUp
       (error) => options.onError?.(error),
     );
   });
+}
+
+/** What the operator's controls need per request (lib/limit/caller/caller_controls.ts). */
+interface Controls {
+  /** The verdict on a caller key; undefined when no list is set. */
+  verdictOf: ((key: string) => number) | undefined;
+  /** `report_refused` in report mode: every would-be refusal is served. */
+  servesAll: ServedRefusal | undefined;
+  /** What a denied caller's 403 reports: nothing left, the window; not a refusal to retry. */
+  denied: Decision;
+  /** Why a response was served or denied, for the access log; undefined without controls. */
+  noted: WeakMap<Response, string> | undefined;
+}
+
+/** The controls of `config`: `RATE_LIMIT_EXEMPT`, `RATE_LIMIT_DENY` and `RATE_LIMIT_MODE`. */
+function controlsOf(config: Config): Controls {
+  const verdictOf = createCallerVerdict(config.rateLimitExempt, config.rateLimitDeny);
+  const servesAll = config.rateLimitMode === "report" ? "report_refused" : undefined;
+  const used = verdictOf !== undefined || servesAll !== undefined;
+  return {
+    verdictOf,
+    servesAll,
+    denied: { allowed: true, remaining: 0, resetSeconds: config.rateLimitWindowSeconds },
+    noted: used ? new WeakMap() : undefined,
+  };
+}
+
+/** Notes why `response` was served or denied (when the access log may ask) and returns it. */
+function note(
+  noted: WeakMap<Response, string> | undefined,
+  response: Response,
+  why: ServedRefusal | "denied",
+): Response {
+  noted?.set(response, why);
+  return response;
 }
 
 /** What {@linkcode createHandler} builds once, at start-up. */
