@@ -151,3 +151,74 @@ Deno.test({
     Deno.removeSync(stateDir, { recursive: true });
   },
 });
+
+/** A raw HTTP/1.1 GET on its own connection: the status line, the fields and the body. */
+async function rawGet(port: number): Promise<{ status: number; fields: Headers; body: string }> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  await conn.write(
+    new TextEncoder().encode(
+      "GET /api/v1/platform HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ),
+  );
+  const text = await new Response(conn.readable).text();
+  const [head = "", body = ""] = text.split("\r\n\r\n");
+  const [statusLine = "", ...lines] = head.split("\r\n");
+  const fields = new Headers();
+  for (const line of lines) {
+    const at = line.indexOf(":");
+    fields.append(line.slice(0, at), line.slice(at + 1).trim());
+  }
+  return { status: Number(statusLine.split(" ")[1]), fields, body };
+}
+
+Deno.test({
+  name:
+    `the VM recipe's nginx refuses a 21st request in progress from one address with the service's Error JSON, Retry-After and RateLimit fields${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    // An upstream that holds every request until told to answer: 20 stay in progress.
+    const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const held: Deno.Conn[] = [];
+    const { promise: twenty, resolve: reachedTwenty } = Promise.withResolvers<void>();
+    const accepting = (async () => {
+      for await (const conn of upstream) {
+        held.push(conn);
+        if (held.length === 20) reachedTwenty();
+      }
+    })();
+    const nginx = await startNginx([upstream.addr.port, upstream.addr.port]);
+    try {
+      const inProgress = Array.from({ length: 20 }, () => rawGet(nginx.port));
+      await twenty;
+      const refused = await rawGet(nginx.port);
+      assert.equal(refused.status, 429);
+      assert.equal(refused.fields.get("content-type"), "application/json");
+      const body = JSON.parse(refused.body);
+      assert.deepEqual(Object.keys(body.error), ["code", "message", "hint"]);
+      assert.equal(body.error.code, "rate_limited");
+      assert.equal(refused.fields.get("retry-after"), "1");
+      assert.equal(refused.fields.get("ratelimit"), '"conn";r=0;t=1');
+      assert.equal(refused.fields.get("ratelimit-policy"), '"conn";q=20;w=1');
+      for (const name of ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"]) {
+        assert.ok(refused.fields.has(name), name);
+      }
+      assert.equal(refused.fields.get("access-control-allow-origin"), "*");
+      // The held requests are answered; an answer of the service passes through untouched.
+      const answer =
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+      for (const conn of held) {
+        await conn.write(new TextEncoder().encode(answer)).catch(() => {});
+        conn.close();
+      }
+      const passed = await Promise.all(inProgress);
+      assert.ok(passed.every((response) => response.status === 429 && response.body === "{}"));
+      assert.ok(passed.every((response) => !response.fields.has("ratelimit")));
+    } finally {
+      await nginx.stop();
+      upstream.close();
+      await accepting.catch(() => {});
+    }
+  },
+});
