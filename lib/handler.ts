@@ -23,7 +23,6 @@ import {
   CALLER_LIMITED,
   createCallerVerdict,
   type ServedRefusal,
-  servedRefusal,
 } from "./limit/caller/caller_controls.ts";
 import {
   type Decision,
@@ -32,6 +31,7 @@ import {
   preflightDecision,
   rateLimitConstants,
   type RateLimitStore,
+  servedRefusal,
   undecided,
 } from "./limit/core/decision.ts";
 import type { Content } from "./pages/content.ts";
@@ -119,18 +119,84 @@ export interface HandlerOptions {
  * ```
  */
 export function createHandler(options: HandlerOptions): ServiceHandler {
-  const { store, now, answers, callerKeyOf, cache, choose, noDecision, record } = setUp(options);
-  const { verdictOf, servesAll, denied, noted } = controlsOf(options.config);
+  const parts = setUp(options);
+  const { now, answers, callerKeyOf, cache, noDecision, record } = parts;
+  const controls = controlsOf(options.config);
+  const noted = controls.noted;
+  const handle = createHandle(parts, controls);
   const onError = options.onError;
-  const answersOf = lastPathFirst(answers.paths);
 
+  const fail = (error: unknown, request: Request): Response => {
+    onError?.(error);
+    const target = requestPathOf(request.url, request.headers.get("host"));
+    const fixed = answers.paths.get(target)?.fixed ?? answers.unknown;
+    const pair = fixed.internalError;
+    return cache.respond(request.method === "HEAD" ? pair.head : pair.get, noDecision);
+  };
+
+  const handler: Handler = (request, info) => {
+    const started = now();
+    const host = request.headers.get("host");
+    const target = requestPathOf(request.url, host);
+    let key = "";
+    let result: Response | Promise<Response>;
+    try {
+      key = callerKeyOf(request.headers, info);
+      result = handle(request, key, started, target);
+    } catch (error) {
+      result = fail(error, request);
+    }
+    if (record === undefined) {
+      return result instanceof Promise ? result.catch((error) => fail(error, request)) : result;
+    }
+    if (result instanceof Promise) {
+      return result.catch((error) => fail(error, request)).then((response) =>
+        logged(record, noted, request, target, key, started, host, response)
+      );
+    }
+    return logged(record, noted, request, target, key, started, host, result);
+  };
+  return Object.assign(handler, { prepare: once(() => prepareEager(answers)) });
+}
+
+/** Hands `response`'s record to the access log and returns the response. */
+function logged(
+  record: AccessRecorder,
+  noted: WeakMap<Response, string> | undefined,
+  request: Request,
+  target: string,
+  key: string,
+  started: number,
+  host: string | null,
+  response: Response,
+): Response {
+  const outcome = noted?.get(response);
+  record(request.method, target, key, started, response.status, badHost(host, response), outcome);
+  return response;
+}
+
+/**
+ * The per-request answer, from the caller key on: the operator's controls (a denied caller's 403
+ * before any store call; an exempt caller's, or in report mode anyone's, would-be refusal served),
+ * the store's decision (its `peek` for a CORS preflight), the chosen answer with the decision's
+ * fields.
+ */
+function createHandle(
+  { store, answers, cache, choose }: SetUp,
+  { verdictOf, servesAll, denied, noted }: Controls,
+): (
+  request: Request,
+  key: string,
+  started: number,
+  target: string,
+) => Response | Promise<Response> {
+  const answersOf = lastPathFirst(answers.paths);
   const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
     const chosen = choose(request, path, decision);
     return chosen instanceof Promise
       ? chosen.then((template) => cache.respond(template, decision))
       : cache.respond(chosen, decision);
   };
-
   // A would-be refusal served (an exempt caller, or RATE_LIMIT_MODE=report), noted for the log.
   const served = (
     request: Request,
@@ -144,8 +210,7 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
       ? response.then((sent) => note(noted, sent, why))
       : note(noted, response, why);
   };
-
-  const handle = (request: Request, key: string, started: number, target: string) => {
+  return (request, key, started, target) => {
     const path = answersOf(target);
     const method = request.method;
     const verdict = verdictOf === undefined ? CALLER_LIMITED : verdictOf(key);
@@ -176,53 +241,6 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
       ? Promise.resolve(decision).then((decided) => answer(request, path, decided))
       : answer(request, path, decision);
   };
-
-  const fail = (error: unknown, request: Request): Response => {
-    onError?.(error);
-    const target = requestPathOf(request.url, request.headers.get("host"));
-    const fixed = answers.paths.get(target)?.fixed ?? answers.unknown;
-    const pair = fixed.internalError;
-    return cache.respond(request.method === "HEAD" ? pair.head : pair.get, noDecision);
-  };
-
-  const handler: Handler = (request, info) => {
-    const started = now();
-    const host = request.headers.get("host");
-    const target = requestPathOf(request.url, host);
-    let key = "";
-    let result: Response | Promise<Response>;
-    try {
-      key = callerKeyOf(request.headers, info);
-      result = handle(request, key, started, target);
-    } catch (error) {
-      result = fail(error, request);
-    }
-    if (result instanceof Promise) {
-      return result.catch((error) => fail(error, request)).then((response) => {
-        record?.(
-          request.method,
-          target,
-          key,
-          started,
-          response.status,
-          badHost(host, response),
-          noted?.get(response),
-        );
-        return response;
-      });
-    }
-    record?.(
-      request.method,
-      target,
-      key,
-      started,
-      result.status,
-      badHost(host, result),
-      noted?.get(result),
-    );
-    return result;
-  };
-  return Object.assign(handler, { prepare: once(() => prepareEager(answers)) });
 }
 
 /**

@@ -14,7 +14,6 @@
 
 import { type CidrSet, cidrSetsOverlap, type IpBytes, rangeText } from "../../http/address.ts";
 import { KEY_IPV4, KEY_IPV6, parseCallerKey, type ParsedKey } from "./caller_key.ts";
-import type { Decision } from "../core/decision.ts";
 
 /** A caller that no list names. */
 export const CALLER_LIMITED = 0;
@@ -196,19 +195,3 @@ export const REPORT_MODE_WARNING =
 
 /** Why a would-be refusal was served: its caller is exempt, or the limit only reports. */
 export type ServedRefusal = "exempted" | "report_refused";
-
-/**
- * The decision a would-be refusal is served with: admitted, the fields as the store counted them
- * (`r=0`, `t` its effective window), and so no `Retry-After`. Nothing more is counted: the store
- * did not count the refused request, as it never does.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const refused = { allowed: false, remaining: 0, resetSeconds: 12 };
- * assert.deepEqual(servedRefusal(refused), { allowed: true, remaining: 0, resetSeconds: 12 });
- * ```
- */
-export function servedRefusal(decision: Decision): Decision {
-  return { allowed: true, remaining: 0, resetSeconds: Math.max(1, decision.resetSeconds) };
-}

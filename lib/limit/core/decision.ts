@@ -274,6 +274,23 @@ function granted(decision: Decision): Decision {
 }
 
 /**
+ * The decision a would-be refusal is served with (an exempt caller's, or any under
+ * `RATE_LIMIT_MODE=report`: `lib/limit/caller/caller_controls.ts`): admitted, the fields as the store
+ * counted them (`r=0`, `t` its effective window), and so no `Retry-After`. Nothing more is counted:
+ * the store did not count the refused request, as it never does.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const refused = { allowed: false, remaining: 0, resetSeconds: 12 };
+ * assert.deepEqual(servedRefusal(refused), { allowed: true, remaining: 0, resetSeconds: 12 });
+ * ```
+ */
+export function servedRefusal(decision: Decision): Decision {
+  return { allowed: true, remaining: 0, resetSeconds: Math.max(1, decision.resetSeconds) };
+}
+
+/**
  * What a response reports when no decision was made (a failure before the limiter answered): the
  * policy with nothing known to be left, so that clients slow down rather than speed up. Not a
  * refusal, so no `Retry-After`.
