@@ -12,10 +12,13 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
+import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { get, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
 import { type ServiceProcess, startService } from "./_service_process.ts";
+import { checkControls, checkReportMode } from "./_controls.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 /** The limit with the unit's environment: the default, 60 per 60 s. */
@@ -222,3 +225,80 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    `the VM recipe with the operator controls in /etc/discovery/env: two instances behind the real nginx, an exempt caller 200 of 200, an ordinary one 60 of 100, a denied one 403; report mode${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    // The callers of tests/_controls.ts reach nginx from 127.0.<c>.<d> (`relayAs`): the lists name
+    // those addresses, none of them the unit's trusted 127.0.0.1.
+    const controls = { RATE_LIMIT_EXEMPT: "127.0.2.0/24", RATE_LIMIT_DENY: "127.0.113.66" };
+    for (const file of [controls, { RATE_LIMIT_MODE: "report" }]) {
+      const stateDir = Deno.makeTempDirSync();
+      const ports: [number, number] = [freePort(), freePort()];
+      const instances: ServiceProcess[] = [];
+      try {
+        for (const port of ports) instances.push(await startInstance(port, stateDir, file));
+        const nginx = await startNginx(ports);
+        // nginx replaces X-Forwarded-For with the peer it saw: the test's callers come from loopback
+        // addresses of their own, through a tiny relay.
+        try {
+          const url = `http://127.0.0.1:${nginx.port}`;
+          const as = (address: string) => ({ "x-test-caller": address });
+          const relay = relayAs(url);
+          try {
+            if ("RATE_LIMIT_MODE" in file) await checkReportMode(relay.url, as);
+            else await checkControls(relay.url, as, [LIMIT, LIMIT + BOUND]);
+          } finally {
+            await relay.close();
+          }
+        } finally {
+          await nginx.stop();
+        }
+      } finally {
+        for (const instance of instances) await instance.stop();
+        Deno.removeSync(stateDir, { recursive: true });
+      }
+    }
+  },
+});
+
+/**
+ * A relay on loopback that sends each request to `target` from the local address the request's
+ * `x-test-caller` names (127.0.0.0/8 is all loopback): nginx sees that peer, as it would a client.
+ * The test's caller addresses are mapped into 127.0.0.0/8 one for one by their last two octets.
+ */
+function relayAs(target: string): { url: string; close(): Promise<void> } {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    const caller = request.headers.get("x-test-caller") ?? "127.0.0.2";
+    const [, , c, d] = caller.split(".");
+    const path = new URL(request.url).pathname;
+    return new Promise<Response>((resolve, reject) => {
+      const req = httpRequest({
+        host: "127.0.0.1",
+        port: Number(new URL(target).port),
+        path,
+        localAddress: `127.0.${c}.${d}`,
+        agent: false,
+      }, (response) => {
+        const chunks: Uint8Array[] = [];
+        response.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+        response.on("end", () => {
+          const headers = new Headers();
+          for (const [name, value] of Object.entries(response.headers)) {
+            if (typeof value === "string") headers.set(name, value);
+          }
+          headers.delete("transfer-encoding");
+          headers.delete("connection");
+          resolve(new Response(Buffer.concat(chunks), { status: response.statusCode!, headers }));
+        });
+      });
+      req.on("error", reject);
+      req.end();
+    });
+  });
+  return { url: `http://127.0.0.1:${server.addr.port}`, close: () => server.shutdown() };
+}
