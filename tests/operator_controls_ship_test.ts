@@ -164,11 +164,11 @@ Deno.test("main.ts refuses an IPv6 entry narrower than /64, and an exempt range 
   const cases: Array<[Record<string, string>, RegExp]> = [
     [
       { RATE_LIMIT_EXEMPT: "2001:db8::1/128" },
-      /^  - RATE_LIMIT_EXEMPT may not list 2001:db8::1\/128: [^\n]*\/64[^\n]*$/m,
+      /^ {2}- RATE_LIMIT_EXEMPT may not list 2001:db8::1\/128: [^\n]*\/64[^\n]*$/m,
     ],
     [
       { TRUSTED_PROXIES: "10.0.0.0/8", RATE_LIMIT_EXEMPT: "10.1.2.3" },
-      /^  - RATE_LIMIT_EXEMPT may not name a trusted proxy \(10\.1\.2\.3\/32 overlaps TRUSTED_PROXIES' 10\.0\.0\.0\/8\): [^\n]*$/m,
+      /^ {2}- RATE_LIMIT_EXEMPT may not name a trusted proxy \(10\.1\.2\.3\/32 overlaps TRUSTED_PROXIES' 10\.0\.0\.0\/8\): [^\n]*$/m,
     ],
   ];
   for (const [env, sentence] of cases) {
