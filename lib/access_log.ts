@@ -29,6 +29,12 @@ export interface AccessRecord {
   caller: string;
   /** `"invalid"` when the request was refused (400) for its `Host`; absent otherwise. */
   host?: "invalid";
+  /**
+   * How the operator's controls changed the answer, absent otherwise: `exempted` (a would-be 429 of
+   * a `RATE_LIMIT_EXEMPT` caller, served), `report_refused` (a would-be 429 served under
+   * `RATE_LIMIT_MODE=report`), `denied` (403, `RATE_LIMIT_DENY`).
+   */
+  ratelimit?: string;
 }
 
 /** Makes one request's record and hands it on: method, path, caller key, start time, status. */
@@ -39,6 +45,7 @@ export type AccessRecorder = (
   started: number,
   status: number,
   badHost?: boolean,
+  ratelimit?: string,
 ) => void;
 
 /**
@@ -76,7 +83,7 @@ export function createAccessRecorder(
   // last key is remembered: a map of keys cost more than it saved among many callers.
   let callerOf: string | undefined;
   let caller = "";
-  return (method, path, key, started, status, badHost) => {
+  return (method, path, key, started, status, badHost, ratelimit) => {
     if (started !== isoMs) {
       isoMs = started;
       iso = new Date(started).toISOString();
@@ -93,6 +100,7 @@ export function createAccessRecorder(
       ms: Math.round((now() - started) * 1000) / 1000,
       caller,
       ...(badHost ? { host: "invalid" as const } : {}),
+      ...(ratelimit === undefined ? {} : { ratelimit }),
     });
   };
 }
@@ -121,7 +129,7 @@ export function formatAccessRecord(record: AccessRecord): string {
     JSON.stringify(record.path)
   },"status":${record.status},"ms":${record.ms},"caller":"${record.caller}"${
     record.host === undefined ? "" : `,"host":"${record.host}"`
-  }}\n`;
+  }${record.ratelimit === undefined ? "" : `,"ratelimit":"${record.ratelimit}"`}}\n`;
 }
 
 /**

@@ -9,6 +9,7 @@
 
 import { type CidrSet, parseCidrSet, parseIp } from "./http/address.ts";
 import type { ForwardedHeader } from "./http/forwarded.ts";
+import { controlListProblems } from "./limit/caller/caller_controls.ts";
 import { KV_MAX_LIMIT } from "./limit/kv/kv_limit.ts";
 import type { StoreSettings } from "./limit/open_store.ts";
 import { CONTROL_CHARACTERS } from "./text/control_characters.ts";
@@ -52,6 +53,12 @@ export interface Config extends StoreSettings {
   trustedProxies: CidrSet;
   /** The header read from trusted proxies. */
   forwardedHeader: ForwardedHeader;
+  /** `RATE_LIMIT_EXEMPT`: callers decided and counted like anyone, never refused. */
+  rateLimitExempt: CidrSet;
+  /** `RATE_LIMIT_DENY`: callers answered 403 before any store call. */
+  rateLimitDeny: CidrSet;
+  /** `RATE_LIMIT_MODE`: `enforce` refuses over the limit; `report` serves and reports would-be refusals. */
+  rateLimitMode: "enforce" | "report";
   /** When v1 is (or will be) deprecated, if a removal has been announced. */
   deprecation: Date | undefined;
   /** When v1 will be removed, if a removal has been announced. */
@@ -96,6 +103,9 @@ export const ENV_NAMES = [
   "RATE_LIMIT_SYNC_MS",
   "TRUSTED_PROXIES",
   "TRUSTED_PROXY_HEADER",
+  "RATE_LIMIT_EXEMPT",
+  "RATE_LIMIT_DENY",
+  "RATE_LIMIT_MODE",
   "DEPRECATION_DATE",
   "SUNSET_DATE",
   "ACCESS_LOG",
@@ -135,6 +145,7 @@ export function loadConfig(env: Env): ConfigResult {
   if (emailProblem !== undefined) errors.push(emailProblem);
   const limits = rateLimitSettings(reader);
   const proxies = proxySettings(reader);
+  const controls = controlSettings(reader, proxies.trustedProxies);
   const removal = removalSettings(reader);
   const accessLog = boolean(read("ACCESS_LOG"), true, "ACCESS_LOG", errors);
   const config: Config = {
@@ -145,6 +156,7 @@ export function loadConfig(env: Env): ConfigResult {
     ...productSettings(reader, baseUrl, supportEmail),
     ...limits,
     ...proxies,
+    ...controls,
     ...removal,
     accessLog,
     contentSignal: contentSignalOf(read("CONTENT_SIGNAL"), errors),
@@ -447,6 +459,40 @@ function proxySettings(
     );
   }
   return { trustedProxies, forwardedHeader };
+}
+
+/**
+ * `RATE_LIMIT_EXEMPT` and `RATE_LIMIT_DENY` (`TRUSTED_PROXIES`' syntax, checked by
+ * `controlListProblems`) and `RATE_LIMIT_MODE`.
+ */
+function controlSettings(
+  { read, errors }: Reader,
+  trustedProxies: CidrSet,
+): Pick<Config, "rateLimitExempt" | "rateLimitDeny" | "rateLimitMode"> {
+  const list = (name: "RATE_LIMIT_EXEMPT" | "RATE_LIMIT_DENY"): CidrSet => {
+    const parsed = parseCidrSet(read(name) ?? "");
+    if (parsed.invalid.length > 0) {
+      errors.push(
+        `${name} must be a comma-separated list of IP addresses or CIDR ranges; not understood: ${
+          parsed.invalid.slice(0, 5).map((entry) => JSON.stringify(entry.slice(0, 60))).join(", ")
+        }`,
+      );
+      return parseCidrSet("").set;
+    }
+    const problems = controlListProblems(name, parsed.set, trustedProxies);
+    errors.push(...problems);
+    return problems.length > 0 ? parseCidrSet("").set : parsed.set;
+  };
+  return {
+    rateLimitExempt: list("RATE_LIMIT_EXEMPT"),
+    rateLimitDeny: list("RATE_LIMIT_DENY"),
+    rateLimitMode: oneOf(
+      read("RATE_LIMIT_MODE"),
+      ["enforce", "report"] as const,
+      "RATE_LIMIT_MODE",
+      errors,
+    ),
+  };
 }
 
 /** `DEPRECATION_DATE` and `SUNSET_DATE`: both or neither, at least the minimum notice apart. */

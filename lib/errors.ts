@@ -17,6 +17,7 @@ import { STATUS } from "./http/message.ts";
  */
 export type ErrorCode =
   | "bad_request"
+  | "forbidden"
   | "not_found"
   | "method_not_allowed"
   | "rate_limited"
@@ -26,6 +27,7 @@ export type ErrorCode =
 /** Every {@linkcode ErrorCode}, in the order the documentation lists them. */
 export const ERROR_CODES: readonly ErrorCode[] = [
   "bad_request",
+  "forbidden",
   "not_found",
   "method_not_allowed",
   "rate_limited",
@@ -60,6 +62,15 @@ export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
       title: "Bad request",
       message: "The Host header of this request is not a valid host name.",
       hint: `Send Host as host[:port], as HTTP clients do by default; this service is ${base}.`,
+    },
+    forbidden: {
+      // 403: the operator turned this caller's address away (RATE_LIMIT_DENY); waiting does not
+      // help, so no Retry-After.
+      status: STATUS.Forbidden,
+      title: "Forbidden",
+      message: "Requests from this address are not served.",
+      hint:
+        `If you think this is a mistake, contact ${config.supportEmail} and quote the time of the request.`,
     },
     not_found: {
       status: STATUS.NotFound,

@@ -18,16 +18,30 @@ import type { Config } from "./config.ts";
 import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller/caller_key.ts";
 import {
+  CALLER_DENIED,
+  CALLER_EXEMPT,
+  CALLER_LIMITED,
+  createCallerVerdict,
+  type ServedRefusal,
+} from "./limit/caller/caller_controls.ts";
+import {
   type Decision,
   pending,
   policyOf,
   preflightDecision,
   rateLimitConstants,
   type RateLimitStore,
+  servedRefusal,
   undecided,
 } from "./limit/core/decision.ts";
 import type { Content } from "./pages/content.ts";
-import { type Answers, type Chooser, createChooser, type PathAnswers } from "./respond/answers.ts";
+import {
+  type Answers,
+  type Chooser,
+  createChooser,
+  forMethod,
+  type PathAnswers,
+} from "./respond/answers.ts";
 import { buildAnswers } from "./respond/paths.ts";
 import {
   createResponseCache,
@@ -105,34 +119,12 @@ export interface HandlerOptions {
  * ```
  */
 export function createHandler(options: HandlerOptions): ServiceHandler {
-  const { store, now, answers, callerKeyOf, cache, choose, noDecision, record } = setUp(options);
+  const parts = setUp(options);
+  const { now, answers, callerKeyOf, cache, noDecision, record } = parts;
+  const controls = controlsOf(options.config);
+  const noted = controls.noted;
+  const handle = createHandle(parts, controls);
   const onError = options.onError;
-  const answersOf = lastPathFirst(answers.paths);
-
-  const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
-    const chosen = choose(request, path, decision);
-    return chosen instanceof Promise
-      ? chosen.then((template) => cache.respond(template, decision))
-      : cache.respond(chosen, decision);
-  };
-
-  const handle = (request: Request, key: string, started: number, target: string) => {
-    const path = answersOf(target);
-    const method = request.method;
-    // The method first: a request that is not OPTIONS never asks for its headers here.
-    if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
-      const preflight = (path?.fixed ?? answers.unknown).preflight;
-      const granted = preflightDecision(store.peek(key, started));
-      return pending(granted)
-        ? Promise.resolve(granted).then((decision) => cache.respond(preflight, decision))
-        : cache.respond(preflight, granted);
-    }
-    // A thenable too: a Durable Object's RPC result is not `instanceof Promise` (`pending`).
-    const decision = store.hit(key, started);
-    return pending(decision)
-      ? Promise.resolve(decision).then((decided) => answer(request, path, decided))
-      : answer(request, path, decision);
-  };
 
   const fail = (error: unknown, request: Request): Response => {
     onError?.(error);
@@ -154,16 +146,101 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     } catch (error) {
       result = fail(error, request);
     }
-    if (result instanceof Promise) {
-      return result.catch((error) => fail(error, request)).then((response) => {
-        record?.(request.method, target, key, started, response.status, badHost(host, response));
-        return response;
-      });
+    if (record === undefined) {
+      return result instanceof Promise ? result.catch((error) => fail(error, request)) : result;
     }
-    record?.(request.method, target, key, started, result.status, badHost(host, result));
-    return result;
+    if (result instanceof Promise) {
+      return result.catch((error) => fail(error, request)).then((response) =>
+        logged(record, noted, request, target, key, started, host, response)
+      );
+    }
+    return logged(record, noted, request, target, key, started, host, result);
   };
   return Object.assign(handler, { prepare: once(() => prepareEager(answers)) });
+}
+
+/** Hands `response`'s record to the access log and returns the response. */
+function logged(
+  record: AccessRecorder,
+  noted: WeakMap<Response, string> | undefined,
+  request: Request,
+  target: string,
+  key: string,
+  started: number,
+  host: string | null,
+  response: Response,
+): Response {
+  const outcome = noted?.get(response);
+  record(request.method, target, key, started, response.status, badHost(host, response), outcome);
+  return response;
+}
+
+/**
+ * The per-request answer, from the caller key on: the operator's controls (a denied caller's 403
+ * before any store call; an exempt caller's, or in report mode anyone's, would-be refusal served),
+ * the store's decision (its `peek` for a CORS preflight), the chosen answer with the decision's
+ * fields.
+ */
+function createHandle(
+  { store, answers, cache, choose }: SetUp,
+  { verdictOf, servesAll, denied, noted }: Controls,
+): (
+  request: Request,
+  key: string,
+  started: number,
+  target: string,
+) => Response | Promise<Response> {
+  const answersOf = lastPathFirst(answers.paths);
+  const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
+    const chosen = choose(request, path, decision);
+    return chosen instanceof Promise
+      ? chosen.then((template) => cache.respond(template, decision))
+      : cache.respond(chosen, decision);
+  };
+  // A would-be refusal served (an exempt caller, or RATE_LIMIT_MODE=report), noted for the log.
+  const served = (
+    request: Request,
+    path: PathAnswers | undefined,
+    decision: Decision,
+    why: ServedRefusal,
+  ) => {
+    if (decision.allowed) return answer(request, path, decision);
+    const response = answer(request, path, servedRefusal(decision));
+    return response instanceof Promise
+      ? response.then((sent) => note(noted, sent, why))
+      : note(noted, response, why);
+  };
+  return (request, key, started, target) => {
+    const path = answersOf(target);
+    const method = request.method;
+    const verdict = verdictOf === undefined ? CALLER_LIMITED : verdictOf(key);
+    if (verdict === CALLER_DENIED) {
+      // Before any store call: a denied caller costs the store nothing, and a store that is down
+      // changes nothing for it.
+      const forbidden = forMethod((path?.fixed ?? answers.unknown).forbidden, method);
+      return note(noted, cache.respond(forbidden, denied), "denied");
+    }
+    // The method first: a request that is not OPTIONS never asks for its headers here.
+    if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
+      const preflight = (path?.fixed ?? answers.unknown).preflight;
+      const granted = preflightDecision(store.peek(key, started));
+      return pending(granted)
+        ? Promise.resolve(granted).then((decision) => cache.respond(preflight, decision))
+        : cache.respond(preflight, granted);
+    }
+    // A thenable too: a Durable Object's RPC result is not `instanceof Promise` (`pending`).
+    const decision = store.hit(key, started);
+    // An exempt caller's would-be refusal is `exempted` in either mode: enforced, it is served too.
+    const serves = verdict === CALLER_EXEMPT ? "exempted" : servesAll;
+    if (serves !== undefined) {
+      return pending(decision)
+        ? Promise.resolve(decision).then((decided) => served(request, path, decided, serves))
+        : served(request, path, decision, serves);
+    }
+    return pending(decision)
+      ? Promise.resolve(decision).then((decided) => answer(request, path, decided))
+      : answer(request, path, decision);
+  };
 }
 
 /**
@@ -215,6 +292,41 @@ function scheduleWarmUp(paths: ReadonlyMap<string, PathAnswers>, options: WarmUp
       (error) => options.onError?.(error),
     );
   });
+}
+
+/** What the operator's controls need per request (lib/limit/caller/caller_controls.ts). */
+interface Controls {
+  /** The verdict on a caller key; undefined when no list is set. */
+  verdictOf: ((key: string) => number) | undefined;
+  /** `report_refused` in report mode: every would-be refusal is served. */
+  servesAll: ServedRefusal | undefined;
+  /** What a denied caller's 403 reports: nothing left, the window; not a refusal to retry. */
+  denied: Decision;
+  /** Why a response was served or denied, for the access log; undefined without controls. */
+  noted: WeakMap<Response, string> | undefined;
+}
+
+/** The controls of `config`: `RATE_LIMIT_EXEMPT`, `RATE_LIMIT_DENY` and `RATE_LIMIT_MODE`. */
+function controlsOf(config: Config): Controls {
+  const verdictOf = createCallerVerdict(config.rateLimitExempt, config.rateLimitDeny);
+  const servesAll = config.rateLimitMode === "report" ? "report_refused" : undefined;
+  const used = verdictOf !== undefined || servesAll !== undefined;
+  return {
+    verdictOf,
+    servesAll,
+    denied: { allowed: true, remaining: 0, resetSeconds: config.rateLimitWindowSeconds },
+    noted: used ? new WeakMap() : undefined,
+  };
+}
+
+/** Notes why `response` was served or denied (when the access log may ask) and returns it. */
+function note(
+  noted: WeakMap<Response, string> | undefined,
+  response: Response,
+  why: ServedRefusal | "denied",
+): Response {
+  noted?.set(response, why);
+  return response;
 }
 
 /** What {@linkcode createHandler} builds once, at start-up. */

@@ -22,6 +22,7 @@ Deno.test("every error code has a status and non-empty message and hint", () => 
   const statuses = Object.fromEntries(ERROR_CODES.map((code) => [code, catalog[code].status]));
   assert.deepEqual(statuses, {
     bad_request: 400,
+    forbidden: 403,
     not_found: 404,
     method_not_allowed: 405,
     rate_limited: 429,

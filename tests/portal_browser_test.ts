@@ -291,3 +291,101 @@ Deno.test({
     assert.deepEqual(problems, []);
   },
 });
+
+/** The pages a reader moves between in the cache test: the stylesheet and icon on each. */
+const READER_PATHS = ["/", "/developers", "/developers/deprecation-policy", "/"];
+/** Rounds of the cache test, each a fresh browser context per caching, interleaved. */
+const CACHE_ROUNDS = 8;
+
+Deno.test({
+  name:
+    "a reader moving between portal pages in Chromium asks for /style.css and /favicon.svg once: private caching loads the pages as fast as public did",
+  ignore: skipped,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const { origin, server, assets, caching } = startCountingServer();
+    let browser: Browser | undefined;
+    const loadMs: Record<"private" | "public", number[]> = { private: [], public: [] };
+    try {
+      browser = await chromium.launch({ executablePath: CHROMIUM, args: [...LAUNCH_ARGS] });
+      // A first round to build the pages, not measured; then each round in alternating order.
+      for (let round = -1; round < CACHE_ROUNDS; round++) {
+        const order = round % 2 === 0
+          ? ["private", "public"] as const
+          : ["public", "private"] as const;
+        for (const mode of order) {
+          caching.mode = mode;
+          assets.clear();
+          const context = await browser.newContext();
+          const page = await context.newPage();
+          let total = 0;
+          for (const path of READER_PATHS) {
+            await page.goto(origin + path, { waitUntil: "load" });
+            total += await page.evaluate(() => {
+              const [entry] = performance.getEntriesByType("navigation");
+              return (entry as PerformanceNavigationTiming).loadEventEnd;
+            });
+          }
+          await context.close();
+          if (round >= 0) loadMs[mode].push(total);
+          // Each asset asked once in the context, whatever the caching: the later pages reuse it.
+          assert.deepEqual(
+            Object.fromEntries([...assets].sort()),
+            { "/favicon.svg": 1, "/style.css": 1 },
+            `${mode}, round ${round}`,
+          );
+        }
+      }
+    } finally {
+      await browser?.close();
+      await server.shutdown();
+    }
+    const median = (values: number[]) => values.toSorted((a, b) => a - b)[values.length >> 1]!;
+    const ratio = median(loadMs.private) / median(loadMs.public);
+    console.log(
+      `portal load of ${READER_PATHS.length} pages, median of ${CACHE_ROUNDS}: private ${
+        median(loadMs.private).toFixed(1)
+      } ms, public ${median(loadMs.public).toFixed(1)} ms, ratio ${ratio.toFixed(2)}`,
+    );
+    // Timing on a shared machine is noisy; the asset counts above are the exact check.
+    assert.ok(ratio < 1.5, `private loads ${ratio.toFixed(2)}x as long as public`);
+  },
+});
+
+/**
+ * The real handler on an ephemeral port, counting the requests of the stylesheet and icon, and
+ * sending them `public` instead of `private` while `caching.mode` says so (the reference).
+ */
+function startCountingServer() {
+  const assets = new Map<string, number>();
+  const caching = { mode: "private" as "private" | "public" };
+  const slot: { handler?: Handler } = {};
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    async (request, info) => {
+      const path = new URL(request.url).pathname;
+      const response = await slot.handler!(request, info);
+      if (path === "/style.css" || path === "/favicon.svg") {
+        assets.set(path, (assets.get(path) ?? 0) + 1);
+        if (caching.mode === "public") {
+          response.headers.set("cache-control", "public, max-age=3600");
+        }
+      }
+      return response;
+    },
+  );
+  const origin = `http://127.0.0.1:${server.addr.port}`;
+  const config = loadConfig(
+    recordEnv({ PUBLIC_BASE_URL: origin, RATE_LIMIT: "100000", ACCESS_LOG: "false" }),
+  );
+  if (!config.ok) throw new Error(config.errors.join("\n"));
+  const content = loadContent(config.config, DISK_STATIC_FILES);
+  if (!content.ok) throw new Error(content.errors.join("\n"));
+  slot.handler = createHandler({
+    config: config.config,
+    content: content.content,
+    store: new MemoryStore({ limit: 100_000, windowMs: 60_000 }),
+  });
+  return { origin, server, assets, caching };
+}

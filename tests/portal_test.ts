@@ -56,7 +56,7 @@ Deno.test("GET /style.css is UTF-8 CSS, cacheable for an hour, with an ETag and 
   const response = await get(h, "/style.css");
   assert.equal(response.status, 200);
   assert.equal(response.headers.get("content-type"), "text/css; charset=utf-8");
-  assert.equal(response.headers.get("cache-control"), "public, max-age=3600");
+  assert.equal(response.headers.get("cache-control"), "private, max-age=3600");
   assert.equal(response.headers.get("vary"), "Accept-Encoding");
   assert.match(response.headers.get("etag") ?? "", /^"[A-Za-z0-9_-]+"$/);
   assert.equal(response.headers.get("ratelimit-limit"), "1000");
@@ -75,14 +75,14 @@ Deno.test("GET /style.css answers gzip and br per Accept-Encoding, and 304 to it
   await first.body?.cancel();
   const again = await get(h, "/style.css", { "if-none-match": first.headers.get("etag")! });
   assert.equal(again.status, 304);
-  assert.equal(again.headers.get("cache-control"), "public, max-age=3600");
+  assert.equal(again.headers.get("cache-control"), "private, max-age=3600");
 });
 
 Deno.test("GET /favicon.svg is the SVG icon, cacheable for an hour", async () => {
   const response = await get(handler(), "/favicon.svg");
   assert.equal(response.status, 200);
   assert.equal(response.headers.get("content-type"), "image/svg+xml");
-  assert.equal(response.headers.get("cache-control"), "public, max-age=3600");
+  assert.equal(response.headers.get("cache-control"), "private, max-age=3600");
   assert.match(await response.text(), /^<svg /);
 });
 

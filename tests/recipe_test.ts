@@ -12,10 +12,13 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
+import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { get, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
 import { type ServiceProcess, startService } from "./_service_process.ts";
+import { checkControls, checkReportMode } from "./_controls.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 /** The limit with the unit's environment: the default, 60 per 60 s. */
@@ -151,3 +154,151 @@ Deno.test({
     Deno.removeSync(stateDir, { recursive: true });
   },
 });
+
+/** A raw HTTP/1.1 GET on its own connection: the status line, the fields and the body. */
+async function rawGet(port: number): Promise<{ status: number; fields: Headers; body: string }> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  await conn.write(
+    new TextEncoder().encode(
+      "GET /api/v1/platform HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ),
+  );
+  const text = await new Response(conn.readable).text();
+  const [head = "", body = ""] = text.split("\r\n\r\n");
+  const [statusLine = "", ...lines] = head.split("\r\n");
+  const fields = new Headers();
+  for (const line of lines) {
+    const at = line.indexOf(":");
+    fields.append(line.slice(0, at), line.slice(at + 1).trim());
+  }
+  return { status: Number(statusLine.split(" ")[1]), fields, body };
+}
+
+Deno.test({
+  name:
+    `the VM recipe's nginx refuses a 21st request in progress from one address with the service's Error JSON, Retry-After and RateLimit fields${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    // An upstream that holds every request until told to answer: 20 stay in progress.
+    const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const held: Deno.Conn[] = [];
+    const { promise: twenty, resolve: reachedTwenty } = Promise.withResolvers<void>();
+    const accepting = (async () => {
+      for await (const conn of upstream) {
+        held.push(conn);
+        if (held.length === 20) reachedTwenty();
+      }
+    })();
+    const nginx = await startNginx([upstream.addr.port, upstream.addr.port]);
+    try {
+      const inProgress = Array.from({ length: 20 }, () => rawGet(nginx.port));
+      await twenty;
+      const refused = await rawGet(nginx.port);
+      assert.equal(refused.status, 429);
+      assert.equal(refused.fields.get("content-type"), "application/json");
+      const body = JSON.parse(refused.body);
+      assert.deepEqual(Object.keys(body.error), ["code", "message", "hint"]);
+      assert.equal(body.error.code, "rate_limited");
+      assert.equal(refused.fields.get("retry-after"), "1");
+      assert.equal(refused.fields.get("ratelimit"), '"conn";r=0;t=1');
+      assert.equal(refused.fields.get("ratelimit-policy"), '"conn";q=20;w=1');
+      for (const name of ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"]) {
+        assert.ok(refused.fields.has(name), name);
+      }
+      assert.equal(refused.fields.get("access-control-allow-origin"), "*");
+      // The held requests are answered; an answer of the service passes through untouched.
+      const answer =
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+      for (const conn of held) {
+        await conn.write(new TextEncoder().encode(answer)).catch(() => {});
+        conn.close();
+      }
+      const passed = await Promise.all(inProgress);
+      assert.ok(passed.every((response) => response.status === 429 && response.body === "{}"));
+      assert.ok(passed.every((response) => !response.fields.has("ratelimit")));
+    } finally {
+      await nginx.stop();
+      upstream.close();
+      await accepting.catch(() => {});
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `the VM recipe with the operator controls in /etc/discovery/env: two instances behind the real nginx, an exempt caller 200 of 200, an ordinary one 60 of 100, a denied one 403; report mode${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    // The callers of tests/_controls.ts reach nginx from 127.0.<c>.<d> (`relayAs`): the lists name
+    // those addresses, none of them the unit's trusted 127.0.0.1.
+    const controls = { RATE_LIMIT_EXEMPT: "127.0.2.0/24", RATE_LIMIT_DENY: "127.0.113.66" };
+    for (const file of [controls, { RATE_LIMIT_MODE: "report" }]) {
+      const stateDir = Deno.makeTempDirSync();
+      const ports: [number, number] = [freePort(), freePort()];
+      const instances: ServiceProcess[] = [];
+      try {
+        for (const port of ports) instances.push(await startInstance(port, stateDir, file));
+        const nginx = await startNginx(ports);
+        // nginx replaces X-Forwarded-For with the peer it saw: the test's callers come from loopback
+        // addresses of their own, through a tiny relay.
+        try {
+          const url = `http://127.0.0.1:${nginx.port}`;
+          const as = (address: string) => ({ "x-test-caller": address });
+          const relay = relayAs(url);
+          try {
+            if ("RATE_LIMIT_MODE" in file) await checkReportMode(relay.url, as);
+            else await checkControls(relay.url, as, [LIMIT, LIMIT + BOUND]);
+          } finally {
+            await relay.close();
+          }
+        } finally {
+          await nginx.stop();
+        }
+      } finally {
+        for (const instance of instances) await instance.stop();
+        Deno.removeSync(stateDir, { recursive: true });
+      }
+    }
+  },
+});
+
+/**
+ * A relay on loopback that sends each request to `target` from the local address the request's
+ * `x-test-caller` names (127.0.0.0/8 is all loopback): nginx sees that peer, as it would a client.
+ * The test's caller addresses are mapped into 127.0.0.0/8 one for one by their last two octets.
+ */
+function relayAs(target: string): { url: string; close(): Promise<void> } {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    const caller = request.headers.get("x-test-caller") ?? "127.0.0.2";
+    const [, , c, d] = caller.split(".");
+    const path = new URL(request.url).pathname;
+    return new Promise<Response>((resolve, reject) => {
+      const req = httpRequest({
+        host: "127.0.0.1",
+        port: Number(new URL(target).port),
+        path,
+        localAddress: `127.0.${c}.${d}`,
+        agent: false,
+      }, (response) => {
+        const chunks: Uint8Array[] = [];
+        response.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+        response.on("end", () => {
+          const headers = new Headers();
+          for (const [name, value] of Object.entries(response.headers)) {
+            if (typeof value === "string") headers.set(name, value);
+          }
+          headers.delete("transfer-encoding");
+          headers.delete("connection");
+          resolve(new Response(Buffer.concat(chunks), { status: response.statusCode!, headers }));
+        });
+      });
+      req.on("error", reject);
+      req.end();
+    });
+  });
+  return { url: `http://127.0.0.1:${server.addr.port}`, close: () => server.shutdown() };
+}

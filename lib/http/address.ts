@@ -241,3 +241,48 @@ export function parseHostPort(text: string): IpBytes | undefined {
   if (colons === 1) return parseIpv4(text.slice(0, text.indexOf(":")));
   return parseIp(text);
 }
+
+/**
+ * The first pair of ranges of `a` and `b` that share an address (each written `address/prefix`),
+ * or `undefined` when no address is in both sets. Two ranges of one family share an address when
+ * they agree on the bits of the shorter prefix.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const proxies = parseCidrSet("10.0.0.0/8").set;
+ * assert.deepEqual(cidrSetsOverlap(parseCidrSet("10.1.0.0/16").set, proxies), ["10.1.0.0/16", "10.0.0.0/8"]);
+ * assert.equal(cidrSetsOverlap(parseCidrSet("192.0.2.0/24").set, proxies), undefined);
+ * ```
+ */
+export function cidrSetsOverlap(a: CidrSet, b: CidrSet): [string, string] | undefined {
+  for (const left of a.ranges) {
+    for (const right of b.ranges) {
+      if (left.bytes.length !== right.bytes.length) continue;
+      const shorter = { bytes: left.bytes, prefix: Math.min(left.prefix, right.prefix) };
+      if (cidrSetHas({ ranges: [shorter] }, right.bytes)) {
+        return [rangeText(left), rangeText(right)];
+      }
+    }
+  }
+  return undefined;
+}
+
+/** A range as `address/prefix`, the address in its usual spelling. */
+export function rangeText(range: { bytes: IpBytes; prefix: number }): string {
+  const { bytes, prefix } = range;
+  if (bytes.length === 4) return `${bytes.join(".")}/${prefix}`;
+  const words: string[] = [];
+  for (let i = 0; i < 16; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
+  // The longest run of zero words (two or more) becomes "::".
+  let best = -1, bestLength = 1;
+  for (let i = 0; i < 8; i++) {
+    let j = i;
+    while (j < 8 && words[j] === "0") j++;
+    if (j - i > bestLength) [best, bestLength] = [i, j - i];
+  }
+  const text = best < 0
+    ? words.join(":")
+    : `${words.slice(0, best).join(":")}::${words.slice(best + bestLength).join(":")}`;
+  return `${text}/${prefix}`;
+}

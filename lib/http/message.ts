@@ -14,6 +14,7 @@ export const STATUS = {
   NoContent: 204,
   NotModified: 304,
   BadRequest: 400,
+  Forbidden: 403,
   NotFound: 404,
   MethodNotAllowed: 405,
   TooManyRequests: 429,

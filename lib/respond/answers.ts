@@ -91,6 +91,8 @@ export interface FixedAnswers {
   readonly methodNotAllowed: ResponseTemplate;
   /** 400: the `Host` field is not a valid host. */
   readonly badRequest: GetAndHead;
+  /** 403 `forbidden`: the caller's address is in `RATE_LIMIT_DENY`. */
+  readonly forbidden: GetAndHead;
   /** 429: the caller's quota is spent. */
   readonly rateLimited: GetAndHead;
   /** 429 `rate_limit_unavailable`: the store could not decide and the policy refused. */
@@ -283,6 +285,7 @@ export function fixedAnswers(render: ErrorRenderer, fields: readonly HeaderField
   }));
   const methodNotAllowed = once(() => render("method_not_allowed", "json", fields).get);
   const badRequest = once(() => render("bad_request", "json", fields));
+  const forbidden = once(() => render("forbidden", "json", fields));
   const rateLimited = once(() => render("rate_limited", "json", fields));
   const unavailable = once(() => render("rate_limit_unavailable", "json", fields));
   const internalError = once(() => render("internal_error", "json", fields));
@@ -295,6 +298,9 @@ export function fixedAnswers(render: ErrorRenderer, fields: readonly HeaderField
     },
     get badRequest() {
       return badRequest();
+    },
+    get forbidden() {
+      return forbidden();
     },
     get rateLimited() {
       return rateLimited();
@@ -368,7 +374,7 @@ export type Chooser = (
 ) => ResponseTemplate | Promise<ResponseTemplate>;
 
 /** HEAD's answer of `pair` for HEAD, GET's for every other method. */
-function forMethod(pair: GetAndHead, method: string): ResponseTemplate {
+export function forMethod(pair: GetAndHead, method: string): ResponseTemplate {
   return method === "HEAD" ? pair.head : pair.get;
 }
 

@@ -48,9 +48,11 @@ const NOT_NEGOTIATED: HeaderField = ["vary", "Accept-Encoding"];
  * Caching of the stylesheet and the icon: unlike the documents, they may be reused for an hour without
  * asking, so a reader moving between pages does not spend requests of their rate limit on them each
  * time; an edited stylesheet reaches every reader within the hour, and the ETag makes the revalidation
- * after it cheap.
+ * after it cheap. `private`: they carry the RateLimit fields of the caller who asked (the spec wants
+ * the fields on every response), which a shared cache would hand to others (draft -11 section 8.2);
+ * the browser's own cache, all the portal needs, keeps them as before (lib/pages/README.md).
  */
-const ASSET_CACHE_CONTROL = "public, max-age=3600";
+const ASSET_CACHE_CONTROL = "private, max-age=3600";
 
 /** The `Link`, `Deprecation` and `Sunset` fields of discovery responses (spec section 9, RFC 9745, RFC 8594). */
 export function discoveryFields(config: Config): HeaderField[] {

@@ -7,6 +7,7 @@
 
 import { type Config, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "../config.ts";
 import { type Content, loadContent } from "../pages/content.ts";
+import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
 import { event, fatal, fatalExplained } from "./events.ts";
 import { DISK_STATIC_FILES } from "./static_files.ts";
 import { prepareBuiltRanks } from "./token_ranks.ts";
@@ -50,7 +51,20 @@ export async function configure(
   const content = loadContent(config, DISK_STATIC_FILES);
   if (!content.ok) fatal(content.errors);
   warnOfSunset(config);
+  warnOfReportMode(config);
   return { config, content: content.content, onDeploy };
+}
+
+/**
+ * Under `RATE_LIMIT_MODE=report` nothing is enforced: said on every start, so that a rollout left
+ * in report mode is seen in the logs (lib/limit/README.md, "Operator controls").
+ */
+function warnOfReportMode(config: Config): void {
+  if (config.rateLimitMode !== "report") return;
+  event("warn", REPORT_MODE_WARNING, {
+    limit: config.rateLimit,
+    window: config.rateLimitWindowSeconds,
+  });
 }
 
 /**

@@ -9,6 +9,8 @@
 import { type Config, redactSecrets } from "../config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
+import { CALLER_EXEMPT, createCallerVerdict } from "../limit/caller/caller_controls.ts";
+import { parseCidrSet } from "../http/address.ts";
 import type { ClockVerdict } from "../limit/clock/peer_clocks.ts";
 import type { Telemetry } from "../telemetry/load.ts";
 import { event, fatalExplained } from "./events.ts";
@@ -69,7 +71,13 @@ export async function openStore(
         : startup.explainStartupError(error)
     )
   );
-  return telemetry ? telemetry.wrapDecisions(opened) : opened;
+  if (!telemetry) return opened;
+  // The decisions metric tells the refusals the handler serves apart (lib/handler.ts).
+  const verdict = createCallerVerdict(config.rateLimitExempt, parseCidrSet("").set);
+  return telemetry.wrapDecisions(opened, {
+    report: config.rateLimitMode === "report",
+    ...(verdict ? { exempt: (key: string) => verdict(key) === CALLER_EXEMPT } : {}),
+  });
 }
 
 /** The incident with every string field's secrets redacted. */

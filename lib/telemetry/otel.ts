@@ -46,7 +46,19 @@ export type DecisionOutcome =
   | "admitted"
   | "limited"
   | "failure_policy_open"
-  | "failure_policy_closed";
+  | "failure_policy_closed"
+  // A would-be refusal served: its caller is in RATE_LIMIT_EXEMPT, ...
+  | "exempted"
+  // ... or RATE_LIMIT_MODE=report (lib/limit/caller/caller_controls.ts).
+  | "report_refused";
+
+/** The operator's controls, as the decisions metric tells the refusals they serve apart. */
+export interface DecisionControls {
+  /** `RATE_LIMIT_MODE=report`: every would-be refusal is served. */
+  report: boolean;
+  /** Whether a caller key is exempt (undefined when no list is set). */
+  exempt?: (key: string) => boolean;
+}
 
 /** How a call to a shared store ended (`ratelimit.store.outcome`, `ratelimit.sync.outcome`). */
 export type CallOutcome = "ok" | "error" | "timeout";
@@ -100,8 +112,14 @@ export interface TelemetryOptions {
 export interface Telemetry {
   /** Names each request's server span after its route and method. */
   wrapHandler<I>(handler: FetchHandler<I>): FetchHandler<I>;
-  /** Counts the decisions of `store` (the one the handler calls) and observes what it keeps. */
-  wrapDecisions(store: RateLimitStore & ObservableStore): RateLimitStore;
+  /**
+   * Counts the decisions of `store` (the one the handler calls) and observes what it keeps; a
+   * refusal that `controls` serve is counted as `exempted` or `report_refused`.
+   */
+  wrapDecisions(
+    store: RateLimitStore & ObservableStore,
+    controls?: DecisionControls,
+  ): RateLimitStore;
   /** Times every call to the shared store of `exact`, each as a child span of its request. */
   wrapStore(store: RateLimitStore): RateLimitStore;
   /** Times every exchange of `local-first`, with its batch size and the time since the last good one. */
@@ -137,7 +155,8 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
   const listener = listenerInstruments(meter);
   return {
     wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
-    wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker }),
+    wrapDecisions: (wrapped, controls) =>
+      decisionCounting(wrapped, meter, { store, breaker, controls }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
     wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
@@ -205,7 +224,7 @@ function listenerInstruments(meter: Meter) {
 function decisionCounting(
   store: RateLimitStore & ObservableStore,
   meter: Meter,
-  options: { store: RateLimitStoreKind; breaker: unknown },
+  options: { store: RateLimitStoreKind; breaker: unknown; controls?: DecisionControls | undefined },
 ): RateLimitStore {
   const decisions = meter.createCounter("ratelimit.decisions", {
     description:
@@ -216,9 +235,20 @@ function decisionCounting(
   const policy = store.failurePolicy === "closed"
     ? attributes.failure_policy_closed
     : attributes.failure_policy_open;
-  const record = (decision: Decision): Decision => {
+  const report = options.controls?.report ?? false;
+  const exempt = options.controls?.exempt;
+  const record = (key: string, decision: Decision): Decision => {
     const byPolicy = store.answeredByPolicy?.(decision) ?? false;
-    const outcome = byPolicy ? policy : decision.allowed ? attributes.admitted : attributes.limited;
+    // A refusal the handler serves: an exempt caller's in either mode, anyone's in report mode.
+    const outcome = !decision.allowed && exempt?.(key)
+      ? attributes.exempted
+      : !decision.allowed && report
+      ? attributes.report_refused
+      : byPolicy
+      ? policy
+      : decision.allowed
+      ? attributes.admitted
+      : attributes.limited;
     decisions.add(1, outcome);
     trace.getActiveSpan()?.setAttributes({
       "ratelimit.outcome": outcome["ratelimit.outcome"],
@@ -230,7 +260,9 @@ function decisionCounting(
   return {
     hit(key, now) {
       const decision = store.hit(key, now);
-      return decision instanceof Promise ? decision.then(record) : record(decision);
+      return decision instanceof Promise
+        ? decision.then((decided) => record(key, decided))
+        : record(key, decision);
     },
     peek: (key, now) => store.peek(key, now),
     close: () => store.close(),
@@ -248,6 +280,8 @@ function outcomeAttributes(store: RateLimitStoreKind): Record<DecisionOutcome, A
     limited: of("limited"),
     failure_policy_open: of("failure_policy_open"),
     failure_policy_closed: of("failure_policy_closed"),
+    exempted: of("exempted"),
+    report_refused: of("report_refused"),
   };
 }
 

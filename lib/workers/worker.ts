@@ -29,6 +29,7 @@ import { createHandler, type ServiceHandler } from "../handler.ts";
 import { parseIp } from "../http/address.ts";
 import { namedMessageOf } from "../text/error_message.ts";
 import type { PeerInfo } from "../limit/caller/caller_key.ts";
+import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import { MemoryStore } from "../limit/memory/memory_store.ts";
 import { loadContent } from "../pages/content.ts";
@@ -114,6 +115,10 @@ function start(
     return { ok: false };
   }
   const { config } = configured;
+  if (config.rateLimitMode === "report") {
+    // Each isolate's start: Workers Logs keeps it as a JSON event.
+    console.warn(JSON.stringify({ level: "warn", message: REPORT_MODE_WARNING }));
+  }
   const content = loadContent(config, { dir: "static", read: (path) => fileOf(files, path) });
   if (!content.ok) {
     console.error(formatConfigErrors(content.errors));

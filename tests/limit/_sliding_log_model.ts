@@ -103,7 +103,9 @@ export class SlidingLogModel {
       return {
         allowed: live.length < limit,
         remaining: Math.max(0, limit - live.length),
-        resetSeconds: live.length === 0 ? 0 : resetSecondsOf(live[0]!, now, this.#windowMs),
+        resetSeconds: live.length === 0
+          ? Math.round(this.#windowMs / 1000)
+          : resetSecondsOf(live[0]!, now, this.#windowMs),
       };
     }
     const allowed = live.length < limit;

@@ -90,8 +90,8 @@ const CASES: Case[] = [
     ],
   },
   {
-    name: "peek reports a full quota and no reset for an unknown caller",
-    steps: [["peek", "a", 0, ok(3, 0)]],
+    name: "peek reports a full quota over the whole window for an unknown caller (never t=0)",
+    steps: [["peek", "a", 0, ok(3, 10)]],
   },
   {
     name: "peek reports without counting",

@@ -160,6 +160,51 @@ Deno.test("OTel on: decisions by outcome, spans named after their route, events 
   }
 });
 
+Deno.test("OTel on, RATE_LIMIT_MODE=report and an exempt range: would-be refusals are served and counted as report_refused and exempted in the decisions metric and the access log; the start warns on stderr", async () => {
+  const receiver = startReceiver();
+  let service: ServiceProcess | undefined;
+  const exempt = "203.0.113.5";
+  try {
+    service = await startService(
+      otelEnv(receiver.endpoint, {
+        RATE_LIMIT_MODE: "report",
+        RATE_LIMIT_EXEMPT: "203.0.113.0/24",
+        ACCESS_LOG: "true",
+      }),
+      undefined,
+      { stdoutEvents: true },
+    );
+    const statuses: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      statuses.push(await send(`${service.url}/api/v1/platform`, { caller: CALLER }));
+    }
+    for (let i = 0; i < 70; i++) {
+      statuses.push(await send(`${service.url}/api/v1/platform`, { caller: exempt }));
+    }
+    assert.deepEqual(new Set(statuses), new Set([200]));
+    await service.stop();
+    const { received } = receiver;
+    await until(() => pointsOf(received, "ratelimit.decisions").length > 0, "decisions");
+    assert.deepEqual(totals(pointsOf(received, "ratelimit.decisions"), "ratelimit.outcome"), {
+      admitted: 120,
+      report_refused: 40,
+      exempted: 10,
+    });
+    const logged = (outcome: string) =>
+      service!.events.filter((e) => e.path === "/api/v1/platform" && e.ratelimit === outcome);
+    assert.equal(logged("report_refused").length, 40);
+    assert.equal(logged("exempted").length, 10);
+    const warning = service.events.find((e) =>
+      e.level === "warn" && String(e.message).startsWith("RATE_LIMIT_MODE=report")
+    );
+    assert.ok(warning, "the report-mode warning, as a JSON event");
+    assert.ok(!everything(received).includes(exempt), "no exempt address in an export");
+  } finally {
+    await service?.stop();
+    await receiver.close();
+  }
+});
+
 Deno.test({
   name:
     "OTel on, Redis exact: every store call is timed by operation and outcome, as a child span of its request; the breaker's state is observed",

@@ -23,7 +23,12 @@ export interface Decision {
   allowed: boolean;
   /** Requests left in the window after this one. */
   remaining: number;
-  /** Delta seconds until the oldest counted request leaves the window, rounded up; 0 if none is counted. */
+  /**
+   * The effective window (draft-ietf-httpapi-ratelimit-headers-11's `t`): the seconds within which
+   * no more than `remaining` requests may be made. Counted: until the oldest counted request leaves
+   * the window, rounded up. Nothing counted: the whole window, never 0 (a zero-second window with
+   * the whole quota is what -11 section 6 asks servers to avoid).
+   */
   resetSeconds: number;
   /** Set when the store could not decide and the request was refused by the failure policy. */
   unavailable?: true;
@@ -120,7 +125,16 @@ export function onTheWire(decision: Decision): Decision {
 
 /**
  * What a look-up without counting reports, given the caller's live count and oldest timestamp: the
- * same answer as `MemoryStore.peek`.
+ * same answer as `MemoryStore.peek`. A caller with nothing counted has the whole quota over the
+ * whole window ({@linkcode freshWindow}).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const policy = { limit: 60, windowMs: 60_000 };
+ * assert.deepEqual(peekDecision(0, undefined, 0, policy), { allowed: true, remaining: 60, resetSeconds: 60 });
+ * assert.deepEqual(peekDecision(1, 0, 15_000, policy), { allowed: true, remaining: 59, resetSeconds: 45 });
+ * ```
  */
 export function peekDecision(
   count: number,
@@ -128,13 +142,30 @@ export function peekDecision(
   now: number,
   policy: RateLimitPolicy,
 ): Decision {
-  if (count === 0 || oldest === undefined) {
-    return { allowed: true, remaining: policy.limit, resetSeconds: 0 };
-  }
+  if (count === 0 || oldest === undefined) return freshWindow(policy);
   return {
     allowed: count < policy.limit,
     remaining: Math.max(0, policy.limit - count),
     resetSeconds: resetSecondsOf(oldest, now, policy.windowMs),
+  };
+}
+
+/**
+ * What a caller with nothing counted is told: the whole quota over the whole window (`r=q;t=w`),
+ * the effective window of a sliding log that holds nothing. Every answer about such a caller (a
+ * store's peek, the failure policy's guard) is this one.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(freshWindow({ limit: 60, windowMs: 60_000 }), { allowed: true, remaining: 60, resetSeconds: 60 });
+ * ```
+ */
+export function freshWindow(policy: RateLimitPolicy): Decision {
+  return {
+    allowed: true,
+    remaining: policy.limit,
+    resetSeconds: Math.round(policy.windowMs / 1000),
   };
 }
 
@@ -199,8 +230,11 @@ export function rateLimitConstants(policy: RateLimitPolicy): RateLimitConstants 
 }
 
 /**
- * The `RateLimit` field's value for `remaining` requests left and `reset` seconds to the window's
- * end (draft-ietf-httpapi-ratelimit-headers): the one policy, named `default`.
+ * The `RateLimit` field's value for `remaining` requests left within an effective window of
+ * `reset` seconds (draft-ietf-httpapi-ratelimit-headers-11: `r` the remaining quota, `t` the
+ * effective window): the one policy, named `default`. The only place the service writes the
+ * parameters' names, so that a draft renaming them changes this function alone (lib/limit/README.md,
+ * "The draft's names").
  *
  * @example
  * ```ts
@@ -278,6 +312,23 @@ export function pending<T extends object>(value: T | PromiseLike<T>): value is P
 
 function granted(decision: Decision): Decision {
   return decision.allowed ? decision : { ...decision, allowed: true };
+}
+
+/**
+ * The decision a would-be refusal is served with (an exempt caller's, or any under
+ * `RATE_LIMIT_MODE=report`: `lib/limit/caller/caller_controls.ts`): admitted, the fields as the store
+ * counted them (`r=0`, `t` its effective window), and so no `Retry-After`. Nothing more is counted:
+ * the store did not count the refused request, as it never does.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const refused = { allowed: false, remaining: 0, resetSeconds: 12 };
+ * assert.deepEqual(servedRefusal(refused), { allowed: true, remaining: 0, resetSeconds: 12 });
+ * ```
+ */
+export function servedRefusal(decision: Decision): Decision {
+  return { allowed: true, remaining: 0, resetSeconds: Math.max(1, decision.resetSeconds) };
 }
 
 /**

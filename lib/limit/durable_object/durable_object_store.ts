@@ -90,7 +90,7 @@ export const MAX_SHARDS = 4096;
  *   idFromName: (name: string) => name,
  *   get: () => ({
  *     hit: () => thenable({ allowed: true, remaining: 59, resetSeconds: 60 }),
- *     peek: () => thenable({ allowed: true, remaining: 60, resetSeconds: 0 }),
+ *     peek: () => thenable({ allowed: true, remaining: 60, resetSeconds: 60 }),
  *   }),
  * };
  * const store = createDurableObjectStore(namespace, {

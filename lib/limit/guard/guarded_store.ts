@@ -40,6 +40,7 @@ import {
 } from "./circuit_breaker.ts";
 import {
   type Decision,
+  freshWindow,
   pending,
   type RateLimitPolicy,
   type RateLimitStore,
@@ -199,12 +200,13 @@ export class GuardedStore implements RateLimitStore {
       : new RefusalMemo({ clockRate: options.storeClockRate ?? 0 });
     this.#steady = options.steadyClock ?? (() => performance.now());
     const { limit, windowMs } = options.policy;
-    this.#freshWindow = { allowed: true, remaining: limit, resetSeconds: 0 };
+    // A caller with nothing counted: the whole quota over the whole window, never `t=0`.
+    this.#freshWindow = freshWindow(options.policy);
     if (options.onError === "open") {
       // Admitted without counting: answer as a fresh window would, so the headers stay plausible
       // (remaining below the limit, reset within the window) and clients do not back off.
       this.#hitFallback = { allowed: true, remaining: limit - 1, resetSeconds: windowMs / 1000 };
-      this.#peekFallback = { allowed: true, remaining: limit, resetSeconds: 0 };
+      this.#peekFallback = freshWindow(options.policy);
     } else {
       // Retry when the store will next be probed.
       const retry = Math.max(1, Math.ceil(this.#probeIntervalMs / 1000));

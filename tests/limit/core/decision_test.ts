@@ -49,11 +49,11 @@ Deno.test("decide() admits under the limit and refuses at it", () => {
   });
 });
 
-Deno.test("peekDecision() reports the full quota for a caller with nothing counted", () => {
+Deno.test("peekDecision() reports the full quota over the whole window for a caller with nothing counted (never t=0)", () => {
   assert.deepEqual(peekDecision(0, undefined, T0, POLICY), {
     allowed: true,
     remaining: 60,
-    resetSeconds: 0,
+    resetSeconds: 60,
   });
 });
 
@@ -112,7 +112,7 @@ Deno.test("preflightDecision() counts nothing and never refuses, from a sync or 
   assert.deepEqual(await preflightDecision(Promise.resolve(store.peek("b", T0))), {
     allowed: true,
     remaining: 2,
-    resetSeconds: 0,
+    resetSeconds: 60,
   });
 });
 

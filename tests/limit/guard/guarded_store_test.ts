@@ -89,7 +89,7 @@ Deno.test("fail open admits uncounted with a fresh window's headers when the sto
   const { store, guard } = guarded("open");
   store.mode = "fail";
   assert.deepEqual(await guard.hit("a", 0), { allowed: true, remaining: 59, resetSeconds: 60 });
-  assert.deepEqual(await guard.peek("a", 0), { allowed: true, remaining: 60, resetSeconds: 0 });
+  assert.deepEqual(await guard.peek("a", 0), { allowed: true, remaining: 60, resetSeconds: 60 });
 });
 
 Deno.test("fail closed refuses as unavailable with a retry at the next probe", async () => {
@@ -309,12 +309,12 @@ Deno.test("a preflight's peek is answered from local state: 3,000 of them from a
   }
   assert.equal(store.calls, calls, "no store round trip");
   // A caller this instance has not seen: a fresh window, still no call; a past reset likewise.
-  assert.deepEqual(guard.peek("other", 0), { allowed: true, remaining: 60, resetSeconds: 0 });
+  assert.deepEqual(guard.peek("other", 0), { allowed: true, remaining: 60, resetSeconds: 60 });
   advance(0);
   assert.deepEqual(guard.peek("caller", 1_000_000 + 30_000), {
     allowed: true,
     remaining: 60,
-    resetSeconds: 0,
+    resetSeconds: 60,
   });
   assert.equal(store.calls, calls);
 });
@@ -323,6 +323,6 @@ Deno.test("the last decisions a guard keeps for preflights are bounded", async (
   const { guard } = guarded("closed");
   for (let i = 0; i <= LAST_DECISIONS_LIMIT; i++) await guard.hit(`caller ${i}`, 0);
   // The map started again at the cap: the first caller is forgotten, the last one kept.
-  assert.deepEqual(guard.peek("caller 0", 0), { allowed: true, remaining: 60, resetSeconds: 0 });
+  assert.deepEqual(guard.peek("caller 0", 0), { allowed: true, remaining: 60, resetSeconds: 60 });
   assert.deepEqual(guard.peek(`caller ${LAST_DECISIONS_LIMIT}`, 0), ANSWER);
 });

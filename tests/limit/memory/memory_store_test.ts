@@ -76,7 +76,7 @@ Deno.test("hit() keeps callers apart", () => {
 
 Deno.test("peek() reports without counting", () => {
   const s = store({ limit: 3, windowMs: 10_000 });
-  assert.deepEqual(s.peek("a", T0), { allowed: true, remaining: 3, resetSeconds: 0 });
+  assert.deepEqual(s.peek("a", T0), { allowed: true, remaining: 3, resetSeconds: 10 });
   s.hit("a", T0);
   for (let i = 0; i < 5; i++) {
     assert.deepEqual(s.peek("a", T0 + 1_000), { allowed: true, remaining: 2, resetSeconds: 9 });
@@ -84,7 +84,7 @@ Deno.test("peek() reports without counting", () => {
   s.hit("a", T0 + 1);
   s.hit("a", T0 + 2);
   assert.deepEqual(s.peek("a", T0 + 2_000), { allowed: false, remaining: 0, resetSeconds: 8 });
-  assert.deepEqual(s.peek("a", T0 + 10_002), { allowed: true, remaining: 3, resetSeconds: 0 });
+  assert.deepEqual(s.peek("a", T0 + 10_002), { allowed: true, remaining: 3, resetSeconds: 10 });
 });
 
 Deno.test("sweep() forgets callers with nothing left in the window and keeps the others", () => {
