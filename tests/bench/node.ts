@@ -10,6 +10,7 @@
  * - Memory: RSS after the warm-up (the "warmed up" event and one request of each scenario) and the
  *   peak (VmHWM) after the hot caller's rounds, of the service processes.
  * - Cold start: from spawn to the first 200 of `GET /api/v1/platform`, in interleaved runs.
+ * - A kept response's clone against a fresh one, on Node (`_node_clone.ts`).
  *
  * `node24-bundle` is Node 24 running the entry bundled (`deno bundle --platform=node ... -o
  * dist/node/main.mjs lib/node/main.ts`), when it was built: the type stripping's cost.
@@ -271,6 +272,24 @@ async function cold(): Promise<void> {
 }
 
 console.log(`Node ${NODE[24]} / ${NODE[26]}; Deno ${Deno.version.deno}`);
+/** The kept response's clone against a fresh one on Node 24 and 26 (`_node_clone.ts`). */
+async function clones(): Promise<void> {
+  console.log("\n| Node | kept clone, read (ns) | fresh Response, read (ns) | kept ÷ fresh |");
+  console.log("| --- | ---: | ---: | ---: |");
+  for (const major of [24, 26] as const) {
+    const out = await new Deno.Command("taskset", {
+      args: ["-c", SERVER_CPU, NODE[major], `${ROOT}tests/bench/_node_clone.ts`],
+      stdout: "piped",
+    }).output();
+    const line = new TextDecoder().decode(out.stdout).split("\n").find((l) =>
+      l.startsWith("CLONE ")
+    );
+    const r = JSON.parse(line!.slice(6));
+    console.log(`| ${major} | ${r.keptNs} | ${r.freshNs} | ${r.ratio} |`);
+  }
+}
+
 if (!args.dry) await cold();
 await load();
+if (!args.dry) await clones();
 Deno.exit(0);
