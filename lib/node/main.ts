@@ -163,6 +163,9 @@ async function main(): Promise<void> {
   for (const signal of ["SIGTERM", "SIGINT"] as const) process.on(signal, () => void stop(signal));
 }
 
-// Anything thrown while starting that no check explains still ends in one sentence.
-process.on("unhandledRejection", (reason) => fatalSentence(explainStartupError(reason)));
-await main();
+// Anything thrown while starting that no check explains still ends in one sentence; once serving, a
+// rejection no one handles ends the process as Node's default (and Deno's) does.
+const onStartupFailure = (reason: unknown): never => fatalSentence(explainStartupError(reason));
+process.on("unhandledRejection", onStartupFailure);
+await main().catch(onStartupFailure);
+process.off("unhandledRejection", onStartupFailure);
