@@ -157,7 +157,12 @@ async function capture(port: number): Promise<string> {
   const sent: Record<string, unknown> = {};
   for (const scenario of scenarios) {
     const response = await fetch(`http://127.0.0.1:${port}${scenario.path}`, {
-      headers: { accept: scenario.accept ?? "*/*", "x-forwarded-for": "10.254.0.1" },
+      // Identity, as wrk asks: fetch would ask for br and decode it, the fields left encoded.
+      headers: {
+        accept: scenario.accept ?? "*/*",
+        "x-forwarded-for": "10.254.0.1",
+        "accept-encoding": "identity",
+      },
     });
     const body = new Uint8Array(await response.arrayBuffer());
     const fields = [...response.headers].filter(([name]) => name !== "date").flat();
