@@ -133,6 +133,10 @@ async function main(): Promise<void> {
     config,
     content,
     store,
+    // A Response built per request, not a clone of a kept one: on Node a clone tees the body's
+    // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
+    // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
+    responseCache: { keep: false },
     ...(accessLog ? { accessLog: accessLog.log } : {}),
     onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
     onNoAddress: () =>
