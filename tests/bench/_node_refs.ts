@@ -14,7 +14,6 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import process from "node:process";
-import { serve } from "srvx";
 import { loadConfig } from "../../lib/config.ts";
 import { createHandler } from "../../lib/handler.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
@@ -44,13 +43,18 @@ const handler = createHandler({
   content: content.content,
   store: await openRateLimitStore(loaded.config),
 });
+// Installed by node.ts (`npm install --no-save srvx@1.0.8`): no package of package.json, which a Deno
+// start would fetch too.
+const { serve } = await import(["srvx"][0]!) as {
+  serve(options: Record<string, unknown>): { ready(): Promise<unknown>; url?: string };
+};
 const srvx = serve({
   port: 0,
   hostname: "127.0.0.1",
   silent: true,
   gracefulShutdown: false,
-  fetch: (request) =>
-    handler(request, { remoteAddr: { hostname: (request as { ip?: string }).ip ?? "" } }),
+  fetch: (request: Request & { ip?: string }) =>
+    handler(request, { remoteAddr: { hostname: request.ip ?? "" } }),
 });
 await srvx.ready();
 const srvxPort = Number(new URL(srvx.url!).port);

@@ -175,6 +175,14 @@ async function capture(port: number): Promise<string> {
 
 /** Starts the references (`_node_refs.ts`) on Node 24, pinned like the services. */
 async function startRefs(file: string): Promise<Running[]> {
+  // srvx for this benchmark only: not in package.json, whose packages a Deno start fetches too.
+  const install = await new Deno.Command("npm", {
+    args: ["install", "--no-save", "--ignore-scripts", "--no-audit", "--no-fund", "srvx@1.0.8"],
+    cwd: ROOT,
+    stdout: "null",
+    stderr: "inherit",
+  }).output();
+  if (!install.success) throw new Error("npm install srvx@1.0.8 failed");
   const child = new Deno.Command("taskset", {
     args: ["-c", SERVER_CPU, NODE[24], `${ROOT}tests/bench/_node_refs.ts`, file],
     env: { ...BASE_ENV, ...HOT_CALLER_ENV },

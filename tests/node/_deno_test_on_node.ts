@@ -2,9 +2,9 @@
  * Runs Deno test files on Node (`node --test-force-exit tests/node/_deno_test_on_node.ts [file...]`;
  * `npm test` runs those of `node_files.json`): the
  * handler's tests that need no Deno API but `Deno.test`, which is given here over `node:test`, and
- * the `npm:` specifiers of their test-only packages resolved to the same packages installed by npm
- * (package.json's devDependencies pin the versions tests/deno.lock holds; the longest properties run
- * a tenth as many times, `_fast_check.ts`). Exits non-zero when a test
+ * any `npm:` specifier resolved to the package npm installed. The files that use fast-check are left
+ * to Deno: package.json has no test-only package, which Deno would fetch at every first start too
+ * (tests/start_test.ts). Exits non-zero when a test
  * fails; node:test prints each result.
  *
  * @module
@@ -22,24 +22,9 @@ function bareOf(specifier: string): string {
   return match ? `${match[1]}${match[2] ?? ""}` : specifier;
 }
 
-/** fast-check with fewer runs (`_fast_check.ts`), for the files whose properties take longest. */
-const FAST_CHECK = new URL("./_fast_check.ts", import.meta.url).href;
-
-/**
- * The files whose properties take most of the time (about 90 s of 110 s on Node with their full
- * runs): run with a tenth of them. The others run in full: some assert what their runs covered.
- */
-const FEWER_RUNS = [
-  "tests/limit/local_first/local_first_store_test.ts",
-  "tests/limit/memory/memory_store_test.ts",
-];
-
 registerHooks({
   resolve: (specifier, context, next) =>
-    specifier.startsWith("npm:fast-check@") &&
-      FEWER_RUNS.some((file) => context.parentURL?.endsWith(file))
-      ? next(FAST_CHECK, context)
-      : next(specifier.startsWith("npm:") ? bareOf(specifier) : specifier, context),
+    next(specifier.startsWith("npm:") ? bareOf(specifier) : specifier, context),
 });
 
 /** What a Deno test function receives, as far as these tests use it. */

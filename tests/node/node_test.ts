@@ -139,7 +139,7 @@ Deno.test("the handler's tests that need no Deno API pass on Node 24 and 26", as
       status.success,
       `Node ${major} (${status.signal ?? status.code}): ${failures}${last}`,
     );
-    assert.ok(passed >= 100, `Node ${major} ran ${passed} tests`);
+    assert.ok(passed >= 40, `Node ${major} ran ${passed} tests`);
     assert.match(output, /^ℹ fail 0$/m);
   }
 });
