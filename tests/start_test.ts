@@ -13,7 +13,7 @@ import { join } from "node:path";
 
 const ROOT = join(import.meta.dirname!, "..");
 /** What a checkout needs to start (no `dist/`: a fresh clone has none). */
-const CHECKOUT = ["main.ts", "deno.json", "deno.lock", "lib", "static"];
+const CHECKOUT = ["main.ts", "deno.json", "deno.lock", "package.json", "lib", "static"];
 /** How long a start may take: an empty cache fetches packages and transpiles. */
 const START_WAIT_MS = 60_000;
 
