@@ -37,11 +37,11 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 2, group: "config", matches: (p) => p === "lib/config.ts" },
     // The pages (content, layout, API reference).
     { layer: 3, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
-    // The service's parts: the errors, the access log, the warm-up.
+    // The service's parts: the errors, the access log, the warm-up, the store's events.
     {
       layer: 4,
       group: "service",
-      matches: (p) => /^lib\/(errors|access_log|warm_up)\.ts$/.test(p),
+      matches: (p) => /^lib\/(errors|access_log|warm_up|store_events)\.ts$/.test(p),
     },
     // OpenTelemetry through Deno's exporter: instruments at the limiter's wrappers and the handler's.
     { layer: 4, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
@@ -56,6 +56,9 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     // Cloudflare Workers' entry folder: the Worker, its bindings and store, the Durable Object
     // class it exports, its build and local server.
     { layer: 7, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
+    // Node's entry folder: its main, the adapter to node:http, the files read from the disk, its
+    // events and start-up sentences.
+    { layer: 7, group: "node", matches: (p) => p.startsWith("lib/node/") },
     { layer: 8, group: "main", matches: (p) => p === "main.ts" },
     // The tools that run before or beside the service, never in it, each a task's entry: the entry
     // picker of `deno task start`, the pages' and the token ranks' builds, the Worker's build and
@@ -70,10 +73,15 @@ const MAX_FUNCTION_LINES = 65;
 type Graph = Map<string, string[]>;
 
 /**
- * The entry points of the service, one per runtime: Deno's, and the Workers runtime's (the Worker,
- * and the Durable Object class its built entry exports beside it: `lib/build/worker.ts`).
+ * The entry points of the service, one per runtime: Deno's, the Workers runtime's (the Worker, and
+ * the Durable Object class its built entry exports beside it: `lib/build/worker.ts`), and Node's.
  */
-const ENTRIES = ["main.ts", "lib/workers/worker.ts", "lib/workers/rate_limiter_object.ts"];
+const ENTRIES = [
+  "main.ts",
+  "lib/workers/worker.ts",
+  "lib/workers/rate_limiter_object.ts",
+  "lib/node/main.ts",
+];
 
 /** The local part of `deno info --json` of every entry in {@linkcode ENTRIES}. */
 async function moduleGraph(): Promise<Graph> {
@@ -426,7 +434,7 @@ Deno.test(`a request runs at most ${MAX_REQUEST_PATH_MODULES} modules of lib/`, 
 });
 
 /** The folders where a runtime's API may be used: one entry folder per runtime. */
-const PLATFORM_FOLDERS = ["lib/server/", "lib/workers/"];
+const PLATFORM_FOLDERS = ["lib/server/", "lib/workers/", "lib/node/"];
 
 /** Modules outside the entry folders that use Deno's API, each with why: none today. */
 const DENO_ADAPTERS_OUTSIDE: readonly string[] = [];
@@ -485,9 +493,12 @@ Deno.test("runtimeApiUses() finds Deno's values and types and cloudflare: import
   ]);
 });
 
-/** The modules of `lib/` the Worker's entries run, by their code imports (types erase). */
-async function workerRuntimeModules(): Promise<string[]> {
-  const infos = await Promise.all(ENTRIES.slice(1).map((entry) => denoInfo(entry)));
+/** The Worker's entries: the Worker and its Durable Object class. */
+const WORKER_ENTRIES = ["lib/workers/worker.ts", "lib/workers/rate_limiter_object.ts"];
+
+/** The modules of `lib/` that `entries` run, by their code imports (types erase). */
+async function runtimeModules(entries: readonly string[]): Promise<string[]> {
+  const infos = await Promise.all(entries.map((entry) => denoInfo(entry)));
   const local = (specifier: string) =>
     specifier.startsWith("file:") ? relative(ROOT, fileURLToPath(specifier)) : undefined;
   const imports = new Map<string, string[]>();
@@ -503,12 +514,12 @@ async function workerRuntimeModules(): Promise<string[]> {
     reached.add(path);
     for (const target of imports.get(path) ?? []) visit(target);
   };
-  ENTRIES.slice(1).forEach(visit);
+  entries.forEach(visit);
   return [...reached].filter((path) => path.startsWith("lib/")).sort();
 }
 
 Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers/ use Deno's API or import cloudflare:", async () => {
-  const shared = (await workerRuntimeModules()).filter((path) =>
+  const shared = (await runtimeModules(WORKER_ENTRIES)).filter((path) =>
     !PLATFORM_FOLDERS.some((folder) => path.startsWith(folder)) &&
     !DENO_ADAPTERS_OUTSIDE.includes(path)
   );
@@ -545,4 +556,24 @@ Deno.test("the request path is runtime-neutral: only lib/server/ and lib/workers
     );
   }
   assert.deepEqual(cloudflare, []);
+});
+
+/**
+ * The folders Node's entry reaches that may use Deno's API: Deno KV's backend, which only Deno has
+ * (`lib/node/main.ts` refuses `RATE_LIMIT_STORE=kv` before any store opens).
+ */
+const DENO_ONLY_ON_NODE = ["lib/limit/kv/"];
+
+Deno.test("Node's entry runs no Deno API outside lib/node/ but Deno KV's backend, which it refuses", async () => {
+  const modules = await runtimeModules(["lib/node/main.ts"]);
+  // The handler and the store's composition root are what Node runs.
+  for (const module of ["lib/handler.ts", "lib/limit/open_store.ts", "lib/node/serve.ts"]) {
+    assert.ok(modules.includes(module), `${module} is not run by Node's entry`);
+  }
+  const uses: string[] = [];
+  for (const file of modules) {
+    if (DENO_ONLY_ON_NODE.some((folder) => file.startsWith(folder))) continue;
+    uses.push(...runtimeApiUses(await Deno.readTextFile(join(ROOT, file)), file));
+  }
+  assert.deepEqual(uses.filter((use) => !use.startsWith("lib/node/")), []);
 });

@@ -14,6 +14,7 @@
  */
 
 import type { Encoding } from "./negotiate.ts";
+import { toBase64 } from "./base64.ts";
 
 let compressionOn = false;
 
@@ -170,8 +171,9 @@ function variantBuilder(
 /** The SHA-256 digest of `bytes` (Web Crypto), in base64url without padding. */
 async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  // Not btoa: Deno loads it (with atob) on first use, which the first response would wait for.
-  return hash.toBase64({ alphabet: "base64url", omitPadding: true });
+  // Natively where the runtime can (not btoa: Deno loads it, with atob, on first use, which the
+  // first response would wait for); Node 24 has no `toBase64` (lib/http/base64.ts).
+  return toBase64(hash, true);
 }
 
 /** `CompressionStream`'s name of each content coding the service sends. */

@@ -280,11 +280,12 @@ async function kvHitLog(
   instance: string,
 ): Promise<SharedHitLog> {
   const windowMs = policyOf(config).windowMs;
-  const [{ StoreClock }, { KvHitLog }] = await Promise.all([
+  const [{ StoreClock }, { openKvHitLog }] = await Promise.all([
     import("./clock/store_clock.ts"),
     import("./kv/kv_hit_log.ts"),
   ]);
-  const log = new KvHitLog(await Deno.openKv(config.kvPath), windowMs, { instance, ownsKv: true });
+  // Opened in the KV backend: this root names no runtime API, so Node's entry runs it too.
+  const log = await openKvHitLog(config.kvPath, windowMs, instance);
   return { log, clock: new StoreClock({ wall: kvClock(windowMs) }), offsetFromPeers: true };
 }
 

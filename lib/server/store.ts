@@ -1,15 +1,15 @@
 /**
  * The rate-limit store the process opens (`lib/limit/open_store.ts`), with the operator's events
- * for its incidents and, when OpenTelemetry is on, its instruments; a store that cannot open ends
+ * for its incidents (`lib/store_events.ts`, Node's entry writes the same) and, when OpenTelemetry is on, its instruments; a store that cannot open ends
  * the start in one sentence.
  *
  * @module
  */
 
-import { type Config, redactSecrets } from "../config.ts";
+import type { Config } from "../config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
-import type { ClockVerdict } from "../limit/clock/peer_clocks.ts";
+import { storeEventOptions } from "../store_events.ts";
 import type { Telemetry } from "../telemetry/load.ts";
 import { event, fatalExplained } from "./events.ts";
 
@@ -22,45 +22,12 @@ export async function openStore(
   options: { telemetry: Telemetry | undefined; onDeploy: boolean },
 ): Promise<RateLimitStore> {
   const { telemetry } = options;
-  const incidents = (started: string, ended: string) => (reported: { kind: string }) => {
-    telemetry?.incident(reported);
-    // An error's text may quote a URL with its password, as any other error's (`errorFields`).
-    const incident = redacted(reported);
-    if (incident.kind === "untrusted" || incident.kind === "trusted" || incident.kind === "clock") {
-      return untrusted(config, incident);
-    }
-    incident.kind === "unavailable" || incident.kind === "unsynced"
-      ? event("warn", started, { store: config.rateLimitStore, ...incident })
-      : incident.kind === "overflowing"
-      ? event("warn", "rate-limit sync backlog full: admitted hits are not sent", {
-        store: config.rateLimitStore,
-        ...incident,
-      })
-      : event("info", ended, { store: config.rateLimitStore, ...incident });
-  };
   const opened = await openRateLimitStore(config, {
     ...(telemetry ? { wrapStore: telemetry.wrapStore, wrapHitLog: telemetry.wrapHitLog } : {}),
-    onCapacity: (tracked) =>
-      event(
-        "warn",
-        "rate limiter at its caller cap: the least recently added callers are being forgotten",
-        { tracked },
-      ),
-    onIncident: incidents(
-      "rate-limit store unavailable: answering by the failure policy",
-      "rate-limit store recovered: limiting resumed",
-    ),
-    onClockOffset: (offsetMs) =>
-      event(
-        "warn",
-        `this instance's clock is ${Math.abs(offsetMs / 1000).toFixed(1)} s ${
-          offsetMs > 0 ? "behind" : "ahead of"
-        } the rate-limit store's (Deno KV: another instance's stamps): fix its time synchronisation (NTP); Redis keeps the limit by its own clock, Deno KV cannot (lib/limit/README.md, "Which clock decides")`,
-        { offsetMs },
-      ),
-    onSyncIncident: incidents(
-      "rate-limit sync failing: each instance limits by its own log meanwhile",
-      "rate-limit sync recovered: the instances' counts are reconciled",
+    ...storeEventOptions(
+      config,
+      event,
+      telemetry && ((reported) => telemetry.incident(reported)),
     ),
   }).catch((error) =>
     fatalExplained((startup) =>
@@ -73,49 +40,4 @@ export async function openStore(
     )
   );
   return telemetry ? telemetry.wrapDecisions(opened) : opened;
-}
-
-/** The incident with every string field's secrets redacted. */
-function redacted<T extends { kind: string }>(incident: T): T {
-  return Object.fromEntries(
-    Object.entries(incident).map(([key, value]) => [
-      key,
-      typeof value === "string" ? redactSecrets(value) : value,
-    ]),
-  ) as T;
-}
-
-/** The events of what `local-first`'s hit log held that it could not trust (`lib/limit/local_first/local_first_store.ts`). */
-function untrusted(config: Config, incident: Record<string, unknown> & { kind: string }): void {
-  const store = config.rateLimitStore;
-  if (incident.kind === "untrusted") {
-    event(
-      "warn",
-      'rate-limit hit log: entries not trusted, skipped or clamped (lib/limit/README.md, "Who can write the log")',
-      { store, ...incident },
-    );
-  } else if (incident.kind === "trusted") {
-    event("info", "rate-limit hit log: a window without such entries", { store, ...incident });
-  } else {
-    const verdict = incident.verdict as ClockVerdict;
-    const seconds = (ms: number) => `${Math.abs(ms / 1000).toFixed(1)} s`;
-    const message = verdict.kind === "agree"
-      ? "rate-limit peers' clocks agree again"
-      : verdict.kind === "self"
-      ? `this instance's clock is ${seconds(verdict.offsetMs)} ${
-        verdict.offsetMs > 0 ? "ahead of" : "behind"
-      } ${verdict.outvotedBy} of its ${verdict.peers} peers': fix its time synchronisation (NTP)`
-      : verdict.kind === "peer"
-      ? `another instance's clock disagrees with this one's and the majority's (${
-        verdict.peers.map((p) =>
-          `${p.instance}: ${seconds(p.offsetMs)} ${p.offsetMs > 0 ? "ahead" : "behind"}`
-        ).join(", ")
-      }): fix its time synchronisation (NTP); its hits in the future are counted at now`
-      : `an instance's clock and this one's disagree (${
-        verdict.peers.map((p) =>
-          `${p.instance}: ${seconds(p.offsetMs)} ${p.offsetMs > 0 ? "ahead" : "behind"}`
-        ).join(", ")
-      }), and no majority tells which is wrong: check both instances' time synchronisation (NTP)`;
-    event(verdict.kind === "agree" ? "info" : "warn", message, { store, verdict });
-  }
 }

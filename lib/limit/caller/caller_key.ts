@@ -249,9 +249,18 @@ function noAddressKey(headers: Pick<Headers, "get">, options: CallerOptions): st
   return NO_ADDRESS_KEY;
 }
 
-/** What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. */
+/**
+ * What {@linkcode createCallerKey} remembers about a peer address: one shape for every peer. Its
+ * fields are declared and assigned, not parameter properties, which Node's type stripping cannot
+ * remove (lib/node/).
+ */
 class PeerFacts {
-  constructor(readonly key: string, readonly trusted: boolean) {}
+  readonly key: string;
+  readonly trusted: boolean;
+  constructor(key: string, trusted: boolean) {
+    this.key = key;
+    this.trusted = trusted;
+  }
 }
 
 /** Most peer addresses a {@linkcode createCallerKey} function remembers; beyond it it starts again. */

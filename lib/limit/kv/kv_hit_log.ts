@@ -483,3 +483,15 @@ function mergeByCommit(reads: readonly WriterRead[]): LogBatch[] {
     heads[best]!++;
   }
 }
+
+/**
+ * The log of `instance` over the Deno KV database at `path` (`Deno.openKv()`'s default when
+ * undefined), which it owns and closes.
+ */
+export async function openKvHitLog(
+  path: string | undefined,
+  windowMs: number,
+  instance: string,
+): Promise<KvHitLog> {
+  return new KvHitLog(await Deno.openKv(path), windowMs, { instance, ownsKv: true });
+}

@@ -29,6 +29,7 @@
 
 import type { HitLog, LogBatch, LogHealth } from "../core/hit_log.ts";
 import type { RedisStoreClient } from "./redis_client.ts";
+import { fromBase64, toBase64 } from "../../http/base64.ts";
 
 /** How long past the window the stream keeps a batch, in ms: a restart's replay reads that far. */
 export const KEEP_MARGIN_MS = 5000;
@@ -136,7 +137,7 @@ export class RedisHitLog implements HitLog {
         cursor,
         append?.instance ?? this.#instance,
         append === null ? "" : String(append.seq),
-        append === null ? "" : append.hits.toBase64(),
+        append === null ? "" : toBase64(append.hits),
         String(READ_COUNT),
         String(READ_BYTES),
       ];
@@ -185,7 +186,7 @@ export class RedisHitLog implements HitLog {
         continue;
       }
       try {
-        batches.push({ instance, seq, hits: Uint8Array.fromBase64(hits) });
+        batches.push({ instance, seq, hits: fromBase64(hits) });
       } catch {
         this.#unreadable("an entry whose hits are not base64");
       }
