@@ -17,6 +17,14 @@
  * while another process holds the write lock; a longer wait fails the exchange, which the sync
  * retries at its next interval. So no request waits longer than that for the log.
  *
+ * An exchange that appends also trims, at most once a second: rows appended more than a window and
+ * a margin ago by this instance's clock, among those it has read or passed over (after its read, in
+ * the same transaction), at most {@linkcode TRIM_ROWS} at once. So a trimmer deletes nothing it has
+ * not seen, and one instance alone keeps its file to a window of its own rows. A trimmer whose clock
+ * is far ahead deletes the others' rows early, as Deno KV's expiry does (each process deletes by
+ * its own clock): a third instance that has not read them yet, or a process that starts, lacks
+ * them. Its clock is told by the peers' majority (`clock/peer_clocks.ts`).
+ *
  * Nothing in the file is trusted (another process, or another program, may have written it): a row
  * whose fields are not of their types, or whose hits are larger than a batch, is skipped and counted
  * (`health`), and the cursor moves past it; each exchange reads at most {@linkcode EXCHANGE_ROWS}
@@ -129,7 +137,7 @@ export class SqliteHitLog implements HitLog {
   readonly #replayFrom: StatementSync;
   readonly #trim: StatementSync;
   readonly #newest: StatementSync;
-  /** The id of the last row read (or passed over). */
+  /** The id of the last row read or passed over (this instance's own): the trim's bound too. */
   #cursor = 0;
   /** Whether the first exchange's replay (rows of the last window only) is still being read. */
   #replaying = true;
@@ -198,7 +206,7 @@ export class SqliteHitLog implements HitLog {
     );
     this.#newest = db.prepare(`SELECT max(id) AS id FROM hit_log WHERE id <= ${MAX_SAFE}`);
     this.#trim = db.prepare(
-      `DELETE FROM hit_log WHERE id IN (SELECT id FROM hit_log WHERE at < ? LIMIT ${TRIM_ROWS})`,
+      `DELETE FROM hit_log WHERE id IN (SELECT id FROM hit_log WHERE at < ? AND id <= ? LIMIT ${TRIM_ROWS})`,
     );
   }
 
@@ -239,8 +247,17 @@ export class SqliteHitLog implements HitLog {
     // A read is a transaction too: its statements see one snapshot of the file.
     this.#db.exec(mine === null ? "BEGIN" : "BEGIN IMMEDIATE");
     try {
-      const inserted = mine === null ? undefined : this.#append(mine);
+      const now = this.#now();
+      const inserted = mine === null
+        ? undefined
+        : this.#insert.get(mine.instance, mine.seq, now, mine.hits) as { id: bigint } | undefined;
       const batches = this.#read();
+      if (mine !== null && now - this.#trimmedAt >= TRIM_EVERY_MS) {
+        // After the read, and only rows read: a trimmer whose clock is ahead deletes nothing it
+        // has not seen (the others' rows it deletes, they may not have: the README says so).
+        this.#trim.run(now - this.#keepMs, this.#cursor);
+        this.#trimmedAt = now;
+      }
       this.#db.exec("COMMIT");
       if (mine !== null) this.#checkAppended(mine, inserted);
       return batches;
@@ -248,19 +265,6 @@ export class SqliteHitLog implements HitLog {
       if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
       throw error;
     }
-  }
-
-  /** Inserts `mine` (kept once) and trims, at most once a second; the new row's id, if any. */
-  #append(mine: LogBatch): { id: bigint } | undefined {
-    const now = this.#now();
-    const inserted = this.#insert.get(mine.instance, mine.seq, now, mine.hits) as
-      | { id: bigint }
-      | undefined;
-    if (now - this.#trimmedAt >= TRIM_EVERY_MS) {
-      this.#trim.run(now - this.#keepMs);
-      this.#trimmedAt = now;
-    }
-    return inserted;
   }
 
   /** Tells the signs that a row this writer did not write moved its numbers or the ids. */
@@ -300,8 +304,9 @@ export class SqliteHitLog implements HitLog {
     this.#more = rows.length === EXCHANGE_ROWS;
     const last = rows.at(-1);
     if (last !== undefined) this.#cursor = last.id;
-    if (this.#replaying && !this.#more) {
-      // Every row past the cursor was scanned: those not returned are older than the window.
+    if (!this.#more) {
+      // Every row past the cursor was scanned: those not returned are this instance's own (or,
+      // while replaying, older than the window). Past them too, so that they can be trimmed.
       const newest = (this.#newest.get() as { id: number | null } | undefined)?.id ?? 0;
       this.#cursor = Math.max(this.#cursor, newest);
       this.#replaying = false;

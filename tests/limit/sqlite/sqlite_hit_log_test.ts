@@ -148,6 +148,18 @@ Deno.test("SqliteHitLog's rows leave the file a window and the margin after, and
     for (const log of [a, b, c]) log!.close();
   }));
 
+Deno.test("SqliteHitLog alone trims its own rows: one instance's file stops growing", () =>
+  withFile(async (path, raw) => {
+    const windowMs = 200;
+    const [a] = openLogs(path, ["a"], windowMs);
+    for (let seq = 0; seq < 5; seq++) await a!.exchange(testBatch("a", seq));
+    await new Promise((resolve) => setTimeout(resolve, windowMs + MARGIN_MS + 1_100));
+    await a!.exchange(testBatch("a", 5));
+    const left = raw.prepare("SELECT seq FROM hit_log ORDER BY id").all();
+    assert.deepEqual(left.map((row) => row.seq), [5]);
+    a!.close();
+  }));
+
 Deno.test("SqliteHitLog fails an exchange within its busy timeout while another holds the lock, and keeps its cursor", () =>
   withFile(async (path, raw) => {
     const [a, b] = openLogs(path, ["a", "b"], 60_000);
