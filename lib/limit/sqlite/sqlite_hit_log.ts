@@ -228,10 +228,10 @@ export class SqliteHitLog implements HitLog {
   /**
    * {@inheritDoc HitLog.exchange}
    *
-   * One transaction: with `mine`, a write transaction that inserts it, trims what left the window
-   * (at most once a second) and reads the others' rows after the cursor; without, a read. If it
-   * fails (the write lock held past the busy timeout, a disk error), nothing of it is kept and the
-   * cursor stays: the next exchange reads the same rows, and `mine` may be sent again.
+   * One transaction: with `mine`, a write transaction that inserts it, reads the others' rows after
+   * the cursor and trims what left the window (at most once a second); without, a read. If it fails
+   * (the write lock held past the busy timeout, a disk error, the commit), nothing of it is kept and
+   * the cursor stays: the next exchange reads the same rows, and `mine` may be sent again.
    */
   exchange(mine: LogBatch | null): Promise<LogBatch[]> {
     try {
@@ -246,6 +246,7 @@ export class SqliteHitLog implements HitLog {
     this.#roundTrips++;
     // A read is a transaction too: its statements see one snapshot of the file.
     this.#db.exec(mine === null ? "BEGIN" : "BEGIN IMMEDIATE");
+    const before = { cursor: this.#cursor, replaying: this.#replaying, more: this.#more };
     try {
       const now = this.#now();
       const inserted = mine === null
@@ -263,6 +264,8 @@ export class SqliteHitLog implements HitLog {
       return batches;
     } catch (error) {
       if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+      // What was read is returned by no one: the next exchange reads it again.
+      ({ cursor: this.#cursor, replaying: this.#replaying, more: this.#more } = before);
       throw error;
     }
   }

@@ -181,6 +181,36 @@ Deno.test("SqliteHitLog fails an exchange within its busy timeout while another 
     }
   }));
 
+Deno.test("SqliteHitLog keeps its cursor when the commit fails after the read", () =>
+  withFile(async (path) => {
+    const [a] = openLogs(path, ["a"], 60_000);
+    const db = new DatabaseSync(path);
+    const b = new SqliteHitLog(db, 60_000, { instance: "b" });
+    try {
+      await a!.exchange(testBatch("a", 0));
+      await b.exchange(null);
+      await a!.exchange(testBatch("a", 1));
+      // The next COMMIT fails: a deferred foreign-key check that cannot hold.
+      db.exec("PRAGMA foreign_keys = ON");
+      db.exec("CREATE TABLE parent (id INTEGER PRIMARY KEY)");
+      db.exec(
+        "CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+      );
+      db.exec(
+        "CREATE TRIGGER orphan AFTER INSERT ON hit_log WHEN NEW.instance = 'b' BEGIN INSERT INTO child VALUES (42); END",
+      );
+      await assert.rejects(b.exchange(testBatch("b", 0)), /constraint/i);
+      db.exec("DROP TRIGGER orphan");
+      // What that exchange read comes again, once; its batch is sent again and kept once.
+      assert.deepEqual(names(await b.exchange(testBatch("b", 0))), ["a#1"]);
+      assert.deepEqual(names(await a!.exchange(null)), ["b#0"]);
+      assert.equal(b.health.tampered, 0);
+    } finally {
+      a!.close();
+      b.close();
+    }
+  }));
+
 Deno.test("SqliteHitLog refuses, before writing anything, a batch too big, of another instance or misnumbered", () =>
   withFile(async (path) => {
     const [a, b] = openLogs(path, ["a", "b"], 60_000);
