@@ -17,13 +17,13 @@
  * while another process holds the write lock; a longer wait fails the exchange, which the sync
  * retries at its next interval. So no request waits longer than that for the log.
  *
- * An exchange that appends also trims, at most once a second: rows appended more than a window and
- * a margin ago by this instance's clock, among those it has read or passed over (after its read, in
- * the same transaction), at most {@linkcode TRIM_ROWS} at once. So a trimmer deletes nothing it has
- * not seen, and one instance alone keeps its file to a window of its own rows. A trimmer whose clock
- * is far ahead deletes the others' rows early, as Deno KV's expiry does (each process deletes by
- * its own clock): a third instance that has not read them yet, or a process that starts, lacks
- * them. Its clock is told by the peers' majority (`clock/peer_clocks.ts`).
+ * An exchange that appends also trims, at most once a second, at most {@linkcode TRIM_ROWS} rows at
+ * once: the rows it had read or passed over a window and the margin ago by its monotonic clock, that
+ * were appended that long ago by its wall clock too. So a trimmer deletes no row younger than that
+ * in real time, whatever the clocks say: every reader (syncing far more often) has read it, and its
+ * hits have left every window. One instance alone keeps its file to about a window of its own rows;
+ * a peer whose wall clock is far behind holds back none of the others' trimming, and one far ahead
+ * deletes nothing early (Deno KV's expiry, by each process's wall clock, would).
  *
  * Nothing in the file is trusted (another process, or another program, may have written it): a row
  * whose fields are not of their types, or whose hits are larger than a batch, is skipped and counted
@@ -110,6 +110,8 @@ export interface SqliteHitLogOptions {
   marginMs?: number;
   /** The wall clock, ms since the epoch, that stamps and trims rows (default `Date.now`). */
   now?: () => number;
+  /** A monotonic clock in ms, that times the trimming (default `performance.now`). */
+  monotonicNow?: () => number;
   /** The busy timeout, in ms (default {@linkcode SQLITE_BUSY_TIMEOUT_MS}). */
   busyTimeoutMs?: number;
 }
@@ -152,6 +154,9 @@ export class SqliteHitLog implements HitLog {
   /** The number of the last batch sent, to tell a batch sent again from one refused at once. */
   #lastSent = -1;
   #trimmedAt = -Infinity;
+  /** The cursor by the monotonic clock, once a second at most: what may be trimmed a window later. */
+  readonly #marks: { at: number; cursor: number }[] = [];
+  readonly #monotonic: () => number;
   #roundTrips = 0;
   #more = false;
   readonly #health: LogHealth = {
@@ -201,6 +206,7 @@ export class SqliteHitLog implements HitLog {
     this.#instance = instance;
     this.#keepMs = windowMs + marginMs;
     this.#now = options.now ?? Date.now;
+    this.#monotonic = options.monotonicNow ?? (() => performance.now());
     this.#insert = db.prepare(
       "INSERT INTO hit_log (instance, seq, at, hits) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
     );
@@ -214,6 +220,7 @@ export class SqliteHitLog implements HitLog {
       `SELECT ${READ_COLUMNS} FROM hit_log WHERE ${where} AND at >= ? ORDER BY id LIMIT ${EXCHANGE_ROWS}`,
     );
     this.#newest = db.prepare(`SELECT max(id) AS id FROM hit_log WHERE id <= ${MAX_SAFE}`);
+
     this.#trim = db.prepare(
       `DELETE FROM hit_log WHERE id IN (SELECT id FROM hit_log WHERE at < ? AND id <= ? LIMIT ${TRIM_ROWS})`,
     );
@@ -262,13 +269,10 @@ export class SqliteHitLog implements HitLog {
         ? undefined
         : this.#insert.get(mine.instance, mine.seq, now, mine.hits) as { id: bigint } | undefined;
       const batches = this.#read();
-      if (mine !== null && now - this.#trimmedAt >= TRIM_EVERY_MS) {
-        // After the read, and only rows read: a trimmer whose clock is ahead deletes nothing it
-        // has not seen (the others' rows it deletes, they may not have: the README says so).
-        this.#trim.run(now - this.#keepMs, this.#cursor);
-        this.#trimmedAt = now;
-      }
+      if (mine !== null && now - this.#trimmedAt >= TRIM_EVERY_MS) this.#trimAt(now);
       this.#db.exec("COMMIT");
+      // After the commit: a mark claims only rows that were there.
+      this.#mark();
       if (mine !== null) this.#checkAppended(mine, inserted);
       return batches;
     } catch (error) {
@@ -277,6 +281,32 @@ export class SqliteHitLog implements HitLog {
       ({ cursor: this.#cursor, replaying: this.#replaying, more: this.#more } = before);
       throw error;
     }
+  }
+
+  /**
+   * Deletes the rows this instance had read or passed over a window and the margin ago by its
+   * monotonic clock (so every reader syncing more often than that has read them, and their hits
+   * have left every window), that were also appended that long ago by its wall clock.
+   */
+  #trimAt(now: number): void {
+    const mono = this.#monotonic();
+    const marks = this.#marks;
+    let bound = 0;
+    while (marks.length > 0 && marks[0]!.at <= mono - this.#keepMs) bound = marks.shift()!.cursor;
+    if (bound > 0) this.#trim.run(now - this.#keepMs, bound);
+    this.#trimmedAt = now;
+  }
+
+  /**
+   * Notes the cursor by the monotonic clock, at most once a second (a later row waits for the next
+   * mark): a window and the margin later, the rows up to it may be trimmed.
+   */
+  #mark(): void {
+    const mono = this.#monotonic();
+    const last = this.#marks.at(-1);
+    if (last !== undefined && mono - last.at < TRIM_EVERY_MS) return;
+    if (last !== undefined && last.cursor === this.#cursor) return;
+    this.#marks.push({ at: mono, cursor: this.#cursor });
   }
 
   /** Tells the signs that a row this writer did not write moved its numbers or the ids. */

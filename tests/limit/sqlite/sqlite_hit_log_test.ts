@@ -127,37 +127,86 @@ Deno.test("SqliteHitLog reads a replay a chunk at a time", () =>
     }
   }));
 
-Deno.test("SqliteHitLog's rows leave the file a window and the margin after, and stay out of a replay", () =>
+/** A wall clock and a monotonic clock the test moves, together or apart. */
+function clocks(wallOffsetMs = 0) {
+  const time = { mono: 1_000, wall: Date.now() + wallOffsetMs };
+  return {
+    time,
+    options: { now: () => time.wall, monotonicNow: () => time.mono },
+    advance(ms: number) {
+      time.mono += ms;
+      time.wall += ms;
+    },
+  };
+}
+
+Deno.test("SqliteHitLog's rows leave the file a window and the margin (and the trim's second) after, and stay out of a replay", () =>
   withFile(async (path, raw) => {
     const windowMs = 300;
-    const [a, b] = openLogs(path, ["a", "b"], windowMs);
-    for (let seq = 0; seq < 5; seq++) await a!.exchange(testBatch("a", seq, 4096));
-    await b!.exchange(testBatch("b", 0, 4096));
-    await new Promise((resolve) => setTimeout(resolve, windowMs + MARGIN_MS + 1_100));
-    // The next append trims (at most once a second): only it is left.
-    await a!.exchange(testBatch("a", 5));
+    const c = clocks();
+    const open = (instance: string) =>
+      SqliteHitLog.open(path, windowMs, { instance, marginMs: MARGIN_MS, ...c.options });
+    const [a, b] = [open("a"), open("b")];
+    for (let seq = 0; seq < 5; seq++) await a.exchange(testBatch("a", seq, 4096));
+    await b.exchange(testBatch("b", 0, 4096));
+    c.advance(windowMs + MARGIN_MS + 1_000);
+    await a.exchange(testBatch("a", 5));
+    c.advance(1_000);
+    // Trimmed at most once a second, up to a's cursor a window and the margin ago: at a#5's
+    // exchange a#0 only (the rest came after a's mark), at a#6's every row a second old.
+    await a.exchange(testBatch("a", 6));
     const left = raw.prepare("SELECT instance, seq FROM hit_log ORDER BY id").all();
-    assert.deepEqual(names(left as unknown as { instance: string; seq: number }[]), ["a#5"]);
+    assert.deepEqual(names(left as unknown as { instance: string; seq: number }[]), ["a#6"]);
     // A reader that replays skips an old row that no trim has removed yet (another writer's).
     raw.prepare("INSERT INTO hit_log (instance, seq, at, hits) VALUES (?, ?, ?, ?)")
-      .run("old", 0, Date.now() - 10 * windowMs, Uint8Array.of(1));
-    const [c] = openLogs(path, ["c"], windowMs);
-    assert.deepEqual(names(await c!.exchange(null)), ["a#5"]);
+      .run("old", 0, c.time.wall - 10 * windowMs, Uint8Array.of(1));
+    const d = open("d");
+    assert.deepEqual(names(await d.exchange(null)), ["a#6"]);
     // And after the replay, nothing before it comes back.
-    assert.deepEqual(names(await c!.exchange(null)), []);
-    for (const log of [a, b, c]) log!.close();
+    assert.deepEqual(names(await d.exchange(null)), []);
+    for (const log of [a, b, d]) log.close();
   }));
 
 Deno.test("SqliteHitLog alone trims its own rows: one instance's file stops growing", () =>
   withFile(async (path, raw) => {
     const windowMs = 200;
-    const [a] = openLogs(path, ["a"], windowMs);
-    for (let seq = 0; seq < 5; seq++) await a!.exchange(testBatch("a", seq));
-    await new Promise((resolve) => setTimeout(resolve, windowMs + MARGIN_MS + 1_100));
-    await a!.exchange(testBatch("a", 5));
-    const left = raw.prepare("SELECT seq FROM hit_log ORDER BY id").all();
-    assert.deepEqual(left.map((row) => row.seq), [5]);
-    a!.close();
+    const c = clocks();
+    const a = SqliteHitLog.open(path, windowMs, {
+      instance: "a",
+      marginMs: MARGIN_MS,
+      ...c.options,
+    });
+    for (let seq = 0; seq < 50; seq++) {
+      await a.exchange(testBatch("a", seq));
+      c.advance(100);
+    }
+    const left = raw.prepare("SELECT count(*) AS n FROM hit_log").get() as { n: number };
+    // A window and the margin of rows (5), and up to two seconds of the trim's cadence (20).
+    assert.ok(left.n <= 25, `${left.n} rows left`);
+    a.close();
+  }));
+
+Deno.test("SqliteHitLog: a trimmer whose wall clock is a day ahead deletes no row before a window has passed", () =>
+  withFile(async (path) => {
+    const windowMs = 5_000;
+    const c = clocks();
+    const ahead = clocks(86_400_000);
+    const open = (instance: string, options: typeof c.options) =>
+      SqliteHitLog.open(path, windowMs, { instance, marginMs: MARGIN_MS, ...options });
+    const first = open("first", c.options);
+    const second = open("second", c.options);
+    const early = open("ahead", ahead.options);
+    try {
+      for (const log of [first, second, early]) await log.exchange(null);
+      await second.exchange(testBatch("second", 0));
+      // The one ahead reads second#0, then trims, twice, a second apart: second#0 is a second old.
+      await early.exchange(testBatch("ahead", 0));
+      ahead.advance(1_000);
+      await early.exchange(testBatch("ahead", 1));
+      assert.deepEqual(names(await first.exchange(null)), ["second#0", "ahead#0", "ahead#1"]);
+    } finally {
+      for (const log of [first, second, early]) log.close();
+    }
   }));
 
 Deno.test("SqliteHitLog fails an exchange within its busy timeout while another holds the lock, and keeps its cursor", () =>
