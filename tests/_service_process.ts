@@ -1,6 +1,6 @@
 /**
- * The real service as a separate process (`deno run main.ts --listen` on a free port), for tests in
- * which several instances share one rate-limit store. Its operational events (JSON lines on stderr)
+ * The real service as a separate process (`deno run main.ts --listen` on a free port, or Node's
+ * entry: `node lib/node/main.ts`), for tests in which several instances share one rate-limit store. Its operational events (JSON lines on stderr)
  * are kept for assertions.
  *
  * @module
@@ -9,6 +9,7 @@
 const ROOT = new URL("..", import.meta.url);
 const MAIN = new URL("main.ts", ROOT).pathname;
 const CONFIG = new URL("deno.json", ROOT).pathname;
+const NODE_MAIN = new URL("lib/node/main.ts", ROOT).pathname;
 
 /** Options of {@linkcode startService}. */
 export interface StartOptions {
@@ -38,6 +39,11 @@ export interface StartOptions {
    * (`DONT_FAKE_MONOTONIC=1`), as no real error of the wall clock moves it.
    */
   faketime?: string;
+  /**
+   * Run Node's entry (`lib/node/main.ts`) with this Node binary (`tests/_node.ts`) instead of Deno's
+   * `main.ts`; `flags`, `copy` and `preload` are Deno's and ignored.
+   */
+  node?: string;
 }
 
 /** Where Debian's libfaketime is (package `faketime`). */
@@ -94,12 +100,11 @@ export async function startService(
 ): Promise<ServiceProcess> {
   // `ulimit -n` in a shell that then becomes the service: Deno has no setrlimit of its own.
   const limit = options.descriptorLimit;
-  const command = limit === undefined ? Deno.execPath() : "sh";
-  const prefix = limit === undefined
-    ? []
-    : ["-c", `ulimit -n ${limit} && exec "$0" "$@"`, Deno.execPath()];
+  const runtime = options.node ?? Deno.execPath();
+  const command = limit === undefined ? runtime : "sh";
+  const prefix = limit === undefined ? [] : ["-c", `ulimit -n ${limit} && exec "$0" "$@"`, runtime];
   const child = new Deno.Command(command, {
-    args: [
+    args: options.node !== undefined ? [...prefix, NODE_MAIN] : [
       ...prefix,
       "run",
       "--config",

@@ -164,9 +164,9 @@ async function answer(
   const fields: string[] = [];
   for (const [name, value] of response.headers) fields.push(name, value);
   if (state.closing) fields.push("connection", "close");
-  if (body !== undefined || !response.headers.has("content-length")) {
-    fields.push("content-length", String(body?.length ?? 0));
-  }
+  // As Deno sends them: the body's length, and none for a response without a body (a 304, a
+  // preflight's 204, HEAD: the handler gives those their own).
+  if (body !== undefined) fields.push("content-length", String(body.length));
   res.writeHead(response.status, fields);
   res.end(req.method === "HEAD" ? undefined : body);
 }

@@ -14,7 +14,14 @@ export class SharedBatches {
   /** Makes every exchange fail (an outage). */
   down = false;
 
-  constructor(readonly clock: () => number, readonly windowMs: number) {}
+  readonly clock: () => number;
+  readonly windowMs: number;
+
+  // Fields assigned, not parameter properties: Node's type stripping runs this file (tests/node/).
+  constructor(clock: () => number, windowMs: number) {
+    this.clock = clock;
+    this.windowMs = windowMs;
+  }
 
   /** A log of this store for one instance; `delay` runs the two halves of its round trip. */
   log(options: { maxBatchBytes?: number; delay?: (run: () => void) => void } = {}): MemoryHitLog {
@@ -30,11 +37,19 @@ export class MemoryHitLog implements HitLog {
   #read = -1;
   #instance: string | undefined;
 
+  readonly shared: SharedBatches;
+  readonly maxBatchBytes: number;
+  readonly delay: (run: () => void) => void;
+
   constructor(
-    readonly shared: SharedBatches,
-    readonly maxBatchBytes: number,
-    readonly delay: (run: () => void) => void = (run) => queueMicrotask(run),
-  ) {}
+    shared: SharedBatches,
+    maxBatchBytes: number,
+    delay: (run: () => void) => void = (run) => queueMicrotask(run),
+  ) {
+    this.shared = shared;
+    this.maxBatchBytes = maxBatchBytes;
+    this.delay = delay;
+  }
 
   exchange(mine: LogBatch | null): Promise<LogBatch[]> {
     this.roundTrips++;
