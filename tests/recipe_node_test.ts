@@ -9,8 +9,8 @@
  * under keep-alive load costs the clients nothing: nginx retries what it did not answer on the
  * other (`proxy_next_upstream`), so every request is answered by the service.
  *
- * Node is the npm package `node@24` (`npx`), resolved once to its binary, which is spawned
- * directly: a signal then reaches Node itself, not `npx`.
+ * Node is the npm package `node@24` (`tests/_node.ts`: npx, resolved once to its binary, which is
+ * spawned directly, so that a signal reaches Node itself), with the packages of package-lock.json.
  *
  * @module
  */
@@ -20,12 +20,13 @@ import { join } from "node:path";
 import { DEPLOY, get, noNginx, serviceSettings, startNginx } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
 import { getHead, keepAliveLoad } from "./_keep_alive_load.ts";
+import { ensureNodeModules, nodeBinary } from "./_node.ts";
+import { type ServiceProcess, startService } from "./_service_process.ts";
 
-const ROOT = join(import.meta.dirname!, "..");
 /** deploy/discovery-node@.service as shipped. */
 const NODE_UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery-node@.service"));
-/** The Node LTS the recipe runs on (the older one: what works there works on 26). */
-const NODE_PACKAGE = "node@24";
+/** The Node LTS the recipe runs on (the older one; the test passed on 26 as well). */
+const NODE_LINE = 24;
 /** The limit with the unit's environment: the default, 60 per 60 s. */
 const LIMIT = 60;
 /** The most a caller may be admitted over the limit in one window, as for Deno: 10%. */
@@ -37,24 +38,20 @@ const ROLLING_PAUSE_MS = 1500;
 /** The operator's `/etc/discovery/env`: nothing but the public URL. */
 const OPERATOR_ENV = { PUBLIC_BASE_URL: "https://discovery.example.com" };
 
-/** The Node binary, or why there is none (no npx, no network for a first download). */
-function findNode(): { path: string } | { reason: string } {
+/** Why Node's recipe cannot run here (no nginx, or no Node from npm), or undefined. */
+async function unavailable(): Promise<string | undefined> {
+  if (noNginx !== undefined) return noNginx;
   try {
-    const output = new Deno.Command("npx", {
-      args: ["-y", NODE_PACKAGE, "-p", "process.execPath"],
-      stdout: "piped",
-      stderr: "piped",
-    }).outputSync();
-    const path = new TextDecoder().decode(output.stdout).trim();
-    if (output.code === 0 && path !== "") return { path };
-    return { reason: `npx -y ${NODE_PACKAGE} failed: ${new TextDecoder().decode(output.stderr)}` };
+    node = await nodeBinary(NODE_LINE);
+    await ensureNodeModules();
+    return undefined;
   } catch (error) {
-    return { reason: `npx is not installed (${error})` };
+    return `no Node ${NODE_LINE} from npm here (${error})`;
   }
 }
 
-const node = noNginx === undefined ? findNode() : { reason: noNginx };
-const skip = "reason" in node ? node.reason : undefined;
+let node = "";
+const skip = await unavailable();
 
 /**
  * The environment systemd gives instance `port` of the unit: its `Environment=` lines with `%i` the
@@ -72,70 +69,21 @@ function unitEnvironment(port: number, stateDir: string): Record<string, string>
   return { ...env, ...OPERATOR_ENV };
 }
 
-/** A Node instance of the recipe. */
-interface NodeInstance {
-  /** `http://127.0.0.1:<port>`. */
-  url: string;
-  kill(signal: Deno.Signal): void;
-  /** The exit code (null: ended by a signal). */
-  exited: Promise<number | null>;
-  stop(): Promise<void>;
-}
-
 /**
- * Instance `port` of the unit, started as systemd would start it (its `ExecStart` with this
- * checkout for `/opt/discovery`, from its `WorkingDirectory`): resolves once it logs `listening`.
+ * Instance `port` of the unit, started as systemd would start it: its `ExecStart` is
+ * `node lib/node/main.ts` in the checkout (tests/deploy_test.ts checks the line), with its
+ * environment.
  */
-async function startInstance(
+function startInstance(
   port: number,
   stateDir: string,
   extra: Record<string, string> = {},
-): Promise<NodeInstance> {
-  const settings = serviceSettings(NODE_UNIT);
-  const [, ...args] = settings.get("ExecStart")![0]!.replaceAll("/opt/discovery", ROOT).split(" ");
-  const child = new Deno.Command((node as { path: string }).path, {
-    args,
-    cwd: settings.get("WorkingDirectory")![0]!.replace("/opt/discovery", ROOT),
-    clearEnv: true,
-    env: { ...unitEnvironment(port, stateDir), ACCESS_LOG: "false", ...extra },
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const lines: string[] = [];
-  const { promise: listening, resolve } = Promise.withResolvers<void>();
-  const reading = (async () => {
-    let pending = "";
-    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
-      pending += chunk;
-      const parts = pending.split("\n");
-      pending = parts.pop()!;
-      for (const line of parts) {
-        lines.push(line);
-        if (/"message":"listening"/.test(line)) resolve();
-      }
-    }
-  })();
-  const exited = child.status.then((status) => status.signal === null ? status.code : null);
-  await Promise.race([
-    listening,
-    exited.then(async (code) => {
-      await reading;
-      throw new Error(`node exited with ${code} before listening:\n${lines.join("\n")}`);
-    }),
-  ]);
-  return {
-    url: `http://127.0.0.1:${port}`,
-    kill: (signal) => child.kill(signal),
-    exited,
-    async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch { /* already gone */ }
-      await exited;
-      await reading;
-    },
-  };
+): Promise<ServiceProcess> {
+  return startService(
+    { ...unitEnvironment(port, stateDir), ACCESS_LOG: "false", ...extra },
+    30_000,
+    { node },
+  );
 }
 
 /** How many of `count` requests sent one after another through `port` from `from` were admitted. */
@@ -151,12 +99,12 @@ async function admitted(port: number, from: string, count: number): Promise<numb
 
 /** Stops `instances[index]` with `signal`, starts it again, waits for a direct answer and the pause. */
 async function restart(
-  instances: NodeInstance[],
+  instances: ServiceProcess[],
   index: number,
   port: number,
   stateDir: string,
   signal: "SIGTERM" | "SIGKILL",
-): Promise<number | null> {
+): Promise<number> {
   instances[index]!.kill(signal);
   const code = await instances[index]!.exited;
   instances[index] = await startInstance(port, stateDir);
@@ -177,7 +125,7 @@ Deno.test({
   async fn(t) {
     const stateDir = Deno.makeTempDirSync();
     const ports: [number, number] = [freePort(), freePort()];
-    const instances: NodeInstance[] = [];
+    const instances: ServiceProcess[] = [];
     try {
       for (const port of ports) instances.push(await startInstance(port, stateDir));
       const nginx = await startNginx(ports);
@@ -212,9 +160,10 @@ Deno.test({
               await new Promise((resolve) => setTimeout(resolve, 300));
               // nginx sends this one caller to one instance: killing both in turn kills its own.
               for (const index of [0, 1]) {
+                // 128 + 9: killed by SIGKILL.
                 assert.equal(
                   await restart(instances, index, ports[index]!, stateDir, "SIGKILL"),
-                  null,
+                  137,
                 );
               }
             } finally {
@@ -248,7 +197,7 @@ Deno.test({
       const port = freePort();
       const onePort = { PORT: String(port), REUSE_PORT: "true" };
       const old = await startInstance(port, stateDir, onePort);
-      let fresh: NodeInstance | undefined;
+      let fresh: ServiceProcess | undefined;
       try {
         const before = await admitted(port, "127.0.0.4", 40);
         assert.equal(before, 40);

@@ -6,10 +6,17 @@
  * growing, and a write lock held by another process that fails an exchange within the busy timeout
  * instead of holding it.
  *
+ * It needs no Deno API but `Deno.test`, so it runs on Node too, over Node's own SQLite
+ * (`node --test-force-exit tests/node/_deno_test_on_node.ts tests/limit/sqlite/sqlite_hit_log_test.ts`);
+ * there the contract's two-process case, which spawns Deno, is skipped.
+ *
  * @module
  */
 
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DatabaseSync } from "node:sqlite";
 import {
@@ -29,29 +36,41 @@ function openLogs(path: string, instances: readonly string[], windowMs: number):
   );
 }
 
+/** A temporary folder of its own, by node:fs (the file runs on Node too). */
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), "sqlite_hit_log_"));
+}
+
+/** Whether this runtime can spawn the contract's writer processes (Deno; not Node's shim). */
+const canSpawn = typeof Deno.Command === "function";
+
 testHitLogContract({
   name: "SqliteHitLog",
   // Rows are filtered by their time at the replay: no lag past the margin.
   replayMarginMs: MARGIN_MS,
-  async newStore() {
-    const dir = await Deno.makeTempDir({ prefix: "sqlite_hit_log_" });
-    const path = `${dir}/hits.sqlite3`;
-    return {
+  newStore() {
+    const dir = tempDir();
+    const path = join(dir, "hits.sqlite3");
+    return Promise.resolve({
       open: (instances, windowMs) => Promise.resolve(openLogs(path, instances, windowMs)),
-      writerCommand: (args) =>
-        new Deno.Command(Deno.execPath(), {
-          args: ["run", "--allow-read", "--allow-write", WRITER, path, JSON.stringify(args)],
-          stdout: "piped",
-          stderr: "piped",
-        }),
-      close: () => Deno.remove(dir, { recursive: true }),
-    };
+      ...(canSpawn
+        ? {
+          writerCommand: (args) =>
+            new Deno.Command(Deno.execPath(), {
+              args: ["run", "--allow-read", "--allow-write", WRITER, path, JSON.stringify(args)],
+              stdout: "piped",
+              stderr: "piped",
+            }),
+        }
+        : {}),
+      close: () => Promise.resolve(rmSync(dir, { recursive: true, force: true })),
+    });
   },
 });
 
 async function withFile(body: (path: string, raw: DatabaseSync) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir({ prefix: "sqlite_hit_log_" });
-  const path = `${dir}/hits.sqlite3`;
+  const dir = tempDir();
+  const path = join(dir, "hits.sqlite3");
   // Creates the table, as the first service would.
   SqliteHitLog.open(path, 60_000, { instance: "creator" }).close();
   const raw = new DatabaseSync(path);
@@ -59,7 +78,7 @@ async function withFile(body: (path: string, raw: DatabaseSync) => Promise<void>
     await body(path, raw);
   } finally {
     raw.close();
-    await Deno.remove(dir, { recursive: true });
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
