@@ -28,7 +28,9 @@ export async function nodeBinary(major: number): Promise<string> {
 /**
  * Installs the project's npm packages (`npm ci`, from package-lock.json) when node_modules/ does not
  * hold what the lock names. The machine's npm may run on a Node older than the service accepts
- * (`.npmrc`'s engine-strict, for `npm ci` before `npm start`): the packages install the same.
+ * (`.npmrc`'s engine-strict, for `npm ci` before `npm start`): the packages install the same, and
+ * the postinstall step (the token ranks' file, which that Node could not run) is left to
+ * `deno task build:tokens`; without it, counting packs the package's ranks.
  */
 export async function ensureNodeModules(): Promise<void> {
   const lock = new URL("package-lock.json", ROOT);
@@ -44,7 +46,7 @@ export async function ensureNodeModules(): Promise<void> {
     // Not installed yet.
   }
   const run = await new Deno.Command("npm", {
-    args: ["ci", "--engine-strict=false", "--no-audit", "--no-fund"],
+    args: ["ci", "--ignore-scripts", "--engine-strict=false", "--no-audit", "--no-fund"],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",

@@ -41,6 +41,11 @@ const SKIPPED: { pattern: RegExp; why: string }[] = [
   },
   { pattern: /^docker /, why: "no Docker daemon here" },
   { pattern: /^apt-get /, why: "installs system packages (.ci/run does)" },
+  {
+    pattern: /^npm (ci|start|test)\b|npx -y node@/,
+    why:
+      "npm ci needs the npm registry, outside the namespace: tests/node/node_test.ts installs the lock's packages, starts lib/node/main.ts as npm start does and runs npm test's files",
+  },
   { pattern: /<stop\|handover>/, why: "a template with placeholders; a minutes-long measurement" },
   { pattern: /deno@2\.5\.0/, why: "another Deno version fetched by npx, a check made by hand" },
   { pattern: /^deno run main\.ts --listen$/, why: 'prose shorthand: "and pass the flags"' },

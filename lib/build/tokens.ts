@@ -9,6 +9,10 @@
  * (`.gitignore`): they are the package's data and `static/` in another form, and the lock pins the
  * package.
  *
+ * It names no Deno API: Node runs it as well (`node lib/build/tokens.ts`, run by `npm ci`), so that a
+ * machine with only Node has the file too (without it, counting packs `gpt-tokenizer`'s ranks in
+ * memory: about 50 MiB more resident, tests/bench/README.md, "Node").
+ *
  * @module
  */
 
@@ -28,7 +32,10 @@ import {
   rankTable,
 } from "../pages/tokens/ranks.ts";
 import { ranksModule } from "../pages/tokens/module.ts";
-import { DISK_STATIC_FILES } from "../server/static_files.ts";
+import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import process from "node:process";
+// Read through node:fs, so that Node runs this step too (`npm ci`'s postinstall, package.json).
+import { NODE_STATIC_FILES } from "../node/files.ts";
 
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
 const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
@@ -60,7 +67,7 @@ export function o200kPacked(): Uint8Array {
 export function defaultMarkdownBodies(): string[] {
   const loaded = loadConfig(recordEnv({}));
   if (!loaded.ok) throw new Error(`the default configuration does not load: ${loaded.errors}`);
-  const content = loadContent(loaded.config, DISK_STATIC_FILES);
+  const content = loadContent(loaded.config, NODE_STATIC_FILES);
   if (!content.ok) throw new Error(`static/ does not load: ${content.errors.join("; ")}`);
   const { platformMarkdown, llms } = content.content;
   return [
@@ -115,19 +122,19 @@ export function o200kFile(
  * would give it other bytes than its index says (the rename leaves it the file it opened).
  */
 function writeAtomically(url: URL, bytes: Uint8Array): void {
-  const temporary = new URL(`${url.href}.${Deno.pid}.tmp`);
-  Deno.writeFileSync(temporary, bytes);
-  Deno.renameSync(temporary, url);
+  const temporary = new URL(`${url.href}.${process.pid}.tmp`);
+  writeFileSync(temporary, bytes);
+  renameSync(temporary, url);
 }
 
 if (import.meta.main) {
   const packed = o200kPacked();
   const known = o200kKnown(packed);
-  Deno.mkdirSync(new URL(".", MODULE_OUTPUT), { recursive: true });
+  mkdirSync(new URL(".", MODULE_OUTPUT), { recursive: true });
   writeAtomically(MODULE_OUTPUT, new TextEncoder().encode(o200kModule(packed, known)));
   const file = o200kFile(packed, known);
   for (const output of FILE_OUTPUTS) {
-    Deno.mkdirSync(new URL(".", output), { recursive: true });
+    mkdirSync(new URL(".", output), { recursive: true });
     writeAtomically(output, file);
   }
 }

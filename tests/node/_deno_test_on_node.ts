@@ -54,7 +54,9 @@ type TestDefinition = { name: string; fn: TestFn; ignore?: boolean; only?: boole
 function contextOf(node: { test: typeof test }): StepContext {
   return {
     step: async (name, fn) => {
-      await node.test(name, (sub) => fn(contextOf(sub)));
+      await node.test(name, async (sub) => {
+        await fn(contextOf(sub));
+      });
       return true;
     },
   };
@@ -73,7 +75,9 @@ function denoTest(
     : typeof first === "function"
     ? { name: first.name, fn: first }
     : first;
-  test(definition.name, { skip: definition.ignore === true }, (t) => definition.fn(contextOf(t)));
+  test(definition.name, { skip: definition.ignore === true }, async (t) => {
+    await definition.fn(contextOf(t));
+  });
 }
 
 (globalThis as unknown as { Deno: unknown }).Deno = { test: denoTest };

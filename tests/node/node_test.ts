@@ -7,6 +7,7 @@
  *   fields, body bytes) and within the OpenAPI contract, as `tests/workers/worker_test.ts` holds the
  *   Worker;
  * - a SIGTERM under keep-alive load: every request sent is answered, each connection told to close;
+ * - an idle keep-alive connection kept past Node's default 5 s;
  * - two Node instances (24 and 26) on one Redis: one caller's 100 requests admit 60;
  * - a flood past the descriptor limit (EMFILE, a server `error` event on Node): reported once,
  *   served again after;
@@ -240,6 +241,24 @@ Deno.test("Node: SIGTERM under keep-alive load answers every request sent and te
   assert.equal(toldToClose, KEEP_ALIVE_CONNECTIONS);
   const messages = service.events.map((e) => e.message);
   assert.deepEqual(messages.slice(-2), ["shutting down: finishing requests in flight", "stopped"]);
+});
+
+/** Longer than Node's default keep-alive timeout and its 1 s allowance (5 s + 1 s): it closes by then. */
+const IDLE_MS = 7_000;
+
+Deno.test("Node: an idle keep-alive connection outlives Node's 5 s default (nginx reuses its upstream connections up to 60 s)", async () => {
+  const service = await startService({}, 20_000, { node: NODES[26] });
+  const port = Number(new URL(service.url).port);
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    assert.equal((await exchange(conn, getHead("/api/v1/platform")))?.status, 200);
+    await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
+    const again = await exchange(conn, getHead("/api/v1/platform"));
+    assert.equal(again?.status, 200, `the connection was closed after ${IDLE_MS} ms idle`);
+  } finally {
+    conn.close();
+    await service.stop();
+  }
 });
 
 const noRedis = redisUnavailableReason();
