@@ -133,6 +133,10 @@ async function main(): Promise<void> {
     config,
     content,
     store,
+    // A Response built per request, not a clone of a kept one: on Node a clone tees the body's
+    // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
+    // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
+    responseCache: { keep: false },
     ...(accessLog ? { accessLog: accessLog.log } : {}),
     onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
     onNoAddress: () =>
@@ -163,6 +167,9 @@ async function main(): Promise<void> {
   for (const signal of ["SIGTERM", "SIGINT"] as const) process.on(signal, () => void stop(signal));
 }
 
-// Anything thrown while starting that no check explains still ends in one sentence.
-process.on("unhandledRejection", (reason) => fatalSentence(explainStartupError(reason)));
-await main();
+// Anything thrown while starting that no check explains still ends in one sentence; once serving, a
+// rejection no one handles ends the process as Node's default (and Deno's) does.
+const onStartupFailure = (reason: unknown): never => fatalSentence(explainStartupError(reason));
+process.on("unhandledRejection", onStartupFailure);
+await main().catch(onStartupFailure);
+process.off("unhandledRejection", onStartupFailure);
