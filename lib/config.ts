@@ -94,6 +94,7 @@ export const ENV_NAMES = [
   "RATE_LIMIT_MAX_CALLERS",
   "RATE_LIMIT_STORE",
   "KV_PATH",
+  "SQLITE_PATH",
   "REDIS_URL",
   "REDIS_TYPE",
   "REDIS_SENTINEL_MASTER",
@@ -284,12 +285,13 @@ function rateLimitSettings(reader: Reader): StoreSettings {
   const rateLimitMaxCallers = int("RATE_LIMIT_MAX_CALLERS", 500_000, { min: 1, max: 100_000_000 });
   const rateLimitStore = oneOf(
     read("RATE_LIMIT_STORE"),
-    ["memory", "kv", "redis"] as const,
+    ["memory", "kv", "redis", "sqlite"] as const,
     "RATE_LIMIT_STORE",
     errors,
   );
   const kvPath = read("KV_PATH");
-  const consistency = consistencySettings(reader);
+  const sqlitePath = sqlitePathSetting(reader, rateLimitStore === "sqlite");
+  const consistency = consistencySettings(reader, rateLimitStore === "sqlite");
   // Only `exact` keeps a caller's log in one KV value; `local-first` keeps it in memory and sends
   // batches, split to fit a value, so the cap would refuse a setting that works.
   if (
@@ -314,6 +316,7 @@ function rateLimitSettings(reader: Reader): StoreSettings {
     rateLimitMaxCallers,
     rateLimitStore,
     kvPath,
+    sqlitePath,
     ...redis,
     rateLimitStoreTimeoutMs,
     rateLimitOnStoreError,
@@ -321,20 +324,58 @@ function rateLimitSettings(reader: Reader): StoreSettings {
   };
 }
 
-/** `RATE_LIMIT_CONSISTENCY` and `RATE_LIMIT_SYNC_MS`: how a shared store decides, how often it syncs. */
+/**
+ * `RATE_LIMIT_CONSISTENCY` and `RATE_LIMIT_SYNC_MS`: how a shared store decides, how often it syncs.
+ * The SQLite store is a hit log only: `local-first` is its default, and `exact` is refused.
+ */
 function consistencySettings(
   { read, int, errors }: Reader,
+  hitLogOnly: boolean,
 ): Pick<StoreSettings, "rateLimitConsistency" | "rateLimitSyncMs"> {
+  const raw = read("RATE_LIMIT_CONSISTENCY");
+  const rateLimitConsistency = oneOf(
+    raw ?? (hitLogOnly ? "local-first" : undefined),
+    ["exact", "local-first"] as const,
+    "RATE_LIMIT_CONSISTENCY",
+    errors,
+  );
+  if (hitLogOnly && rateLimitConsistency === "exact") {
+    errors.push(
+      "RATE_LIMIT_CONSISTENCY must be local-first (or unset) with RATE_LIMIT_STORE=sqlite: the SQLite store is a shared hit log, each instance decides in memory (for an exact limit across instances use redis)",
+    );
+  }
   return {
-    rateLimitConsistency: oneOf(
-      read("RATE_LIMIT_CONSISTENCY"),
-      ["exact", "local-first"] as const,
-      "RATE_LIMIT_CONSISTENCY",
-      errors,
-    ),
+    rateLimitConsistency,
     rateLimitSyncMs: int("RATE_LIMIT_SYNC_MS", 50, { min: 1, max: 60_000 }),
   };
 }
+
+/**
+ * `SQLITE_PATH`: the SQLite file of `RATE_LIMIT_STORE=sqlite`, required with it. A file on this
+ * machine that every instance opens: not `:memory:` nor a URI (each process would have its own).
+ */
+function sqlitePathSetting({ read, errors }: Reader, used: boolean): string | undefined {
+  const path = read("SQLITE_PATH");
+  if (!used) return path;
+  if (path === undefined) {
+    errors.push(
+      "SQLITE_PATH is required with RATE_LIMIT_STORE=sqlite: the file every instance on this machine shares (e.g. SQLITE_PATH=/var/lib/discovery/hits.sqlite3)",
+    );
+  } else if (
+    path.startsWith(":") || /^file:/i.test(path) || CONTROL_CHARACTERS.test(path) ||
+    path.length > MAX_SQLITE_PATH_LENGTH
+  ) {
+    errors.push(
+      `SQLITE_PATH must be a file path of at most ${MAX_SQLITE_PATH_LENGTH} characters (not :memory: nor a URI: every instance must open the same file), got ${
+        JSON.stringify(path.slice(0, 100))
+      }`,
+    );
+  }
+  return path;
+}
+
+/** The longest `SQLITE_PATH`: Linux's `PATH_MAX`. */
+const MAX_SQLITE_PATH_LENGTH = 4096;
 
 /** `REDIS_TYPE`, `REDIS_URL` (one URL, or a list for a cluster or Sentinel) and `REDIS_SENTINEL_MASTER`. */
 function redisSettings(

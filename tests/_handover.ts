@@ -3,12 +3,15 @@
  * every request: run inside its own network namespace (`unshare -n`) by tests/handover_test.ts, so
  * that the namespace's `net.ipv4.tcp_migrate_req` can be set without touching the machine's.
  *
- * `unshare -n deno run -A tests/_handover.ts <stop|handover> <migrate 0|1> <trials> [close]` brings
+ * `unshare -n deno run -A tests/_handover.ts <stop|handover> <migrate 0|1> <trials> [close|keep-alive]
+ * [node binary]` brings
  * the namespace's loopback up, sets `tcp_migrate_req`, then per trial: starts the service with
  * `REUSE_PORT=true` under {@linkcode LOAD_CLIENTS} keep-alive clients that reconnect when told to
  * close (with `close`, clients that open a new connection for every request instead), and after
  * {@linkcode LOAD_BEFORE_MS} either sends it SIGTERM (`stop`) or starts a second instance on the same
  * port and, once it listens, sends the first SIGTERM (`handover`). One JSON line per trial on stdout.
+ * With a Node binary's path (`"$(npx -y node@24 -p process.execPath)"`, resolved before `unshare`),
+ * the service is Node's entry (`lib/node/main.ts`) on it instead of Deno's.
  *
  * @module
  */
@@ -54,8 +57,9 @@ async function run(command: string, ...args: string[]): Promise<void> {
 
 const ENV = { PORT: String(PORT), REUSE_PORT: "true", RATE_LIMIT: "1000000" };
 
-async function trial(mode: string, perRequest: boolean): Promise<Trial> {
-  let old: ServiceProcess | undefined = await startService(ENV);
+async function trial(mode: string, perRequest: boolean, node?: string): Promise<Trial> {
+  const options = node === undefined ? {} : { node };
+  let old: ServiceProcess | undefined = await startService(ENV, undefined, options);
   let next: ServiceProcess | undefined;
   const { promise: done, resolve: finish } = Promise.withResolvers<void>();
   const load = keepAliveLoad({
@@ -68,7 +72,7 @@ async function trial(mode: string, perRequest: boolean): Promise<Trial> {
   let exit = -1;
   try {
     await new Promise((resolve) => setTimeout(resolve, LOAD_BEFORE_MS));
-    if (mode === "handover") next = await startService(ENV);
+    if (mode === "handover") next = await startService(ENV, undefined, options);
     old.kill("SIGTERM");
     exit = await old.exited;
     old = undefined;
@@ -91,11 +95,14 @@ async function trial(mode: string, perRequest: boolean): Promise<Trial> {
 }
 
 if (import.meta.main) {
-  const [mode = "handover", migrate = "1", trials = "1", clients = "keep-alive"] = Deno.args;
+  const [mode = "handover", migrate = "1", trials = "1", clients = "keep-alive", runtime] =
+    Deno.args;
+  // A Node binary's path, resolved outside the namespace (npx there has no registry to ask).
+  const node = runtime;
   await run(findTool("ip") ?? "ip", "link", "set", "lo", "up");
   await Deno.writeTextFile("/proc/sys/net/ipv4/tcp_migrate_req", migrate);
   for (let i = 0; i < Number(trials); i++) {
     // deno-lint-ignore no-console
-    console.log(JSON.stringify(await trial(mode, clients === "close")));
+    console.log(JSON.stringify(await trial(mode, clients === "close", node)));
   }
 }

@@ -163,12 +163,13 @@ const LIMIT_CONCEPTS: Readonly<Record<string, readonly string[]>> = {
   local_first: ["core", "caller", "clock", "memory"],
   kv: ["core"],
   redis: ["core"],
+  sqlite: ["core"],
   // The Workers' client of the rate-limiter object, wrapped in the failure policy.
   durable_object: ["core", "guard"],
 };
 
 /** The backends: where callers' logs are kept. None imports another. */
-const BACKENDS = ["memory", "kv", "redis", "durable_object"];
+const BACKENDS = ["memory", "kv", "redis", "sqlite", "durable_object"];
 
 /** A concept's internals: modules that only its own folder imports. */
 const INTERNALS: Readonly<Record<string, readonly string[]>> = {

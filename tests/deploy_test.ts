@@ -32,54 +32,86 @@ const BINARY = "/usr/local/bin/discovery";
 /** The highest overall exposure `systemd-analyze security` may give the unit (0 best, 10 worst). */
 const MAX_EXPOSURE = 3.0;
 
-/** An instance of the unit with ExecStart pointing at a stub executable: verify needs the binary. */
-function unitWithStubBinary(): string {
+/** deploy/discovery-node@.service as shipped: the same recipe on Node.js. */
+const NODE_UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery-node@.service"));
+const NODE_BINARY = "/usr/bin/node";
+
+/** The two units of the VM recipe: the Deno binary's and Node's, each with what it runs. */
+const UNITS = [
+  { file: "discovery@.service", text: UNIT, binary: BINARY },
+  { file: "discovery-node@.service", text: NODE_UNIT, binary: NODE_BINARY },
+];
+
+/** An instance of a unit with ExecStart pointing at a stub executable: verify needs the binary. */
+function unitWithStubBinary(unit: typeof UNITS[number]): string {
   const dir = Deno.makeTempDirSync();
-  const stub = join(dir, "discovery");
+  const stub = join(dir, "stub");
   Deno.writeTextFileSync(stub, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
-  assert.ok(UNIT.includes(`ExecStart=${BINARY}\n`));
+  assert.match(unit.text, new RegExp(`^ExecStart=${unit.binary}( |$)`, "m"));
   Deno.writeTextFileSync(
-    join(dir, "discovery@.service"),
-    UNIT.replace(`ExecStart=${BINARY}`, `ExecStart=${stub}`),
+    join(dir, unit.file),
+    unit.text.replace(`ExecStart=${unit.binary}`, `ExecStart=${stub}`),
   );
-  return join(dir, `discovery@${INSTANCES[0]}.service`);
+  return join(dir, unit.file.replace("@.", `@${INSTANCES[0]}.`));
 }
 
 const noSystemd = toolUnavailableReason("systemd-analyze", "systemd");
 
-Deno.test({
-  name: `deploy/discovery@.service passes systemd-analyze verify with no warning${
-    noSystemd ? ` (ignored: ${noSystemd})` : ""
-  }`,
-  ignore: noSystemd !== undefined,
-  async fn() {
-    const output = await new Deno.Command(findTool("systemd-analyze")!, {
-      args: ["verify", unitWithStubBinary()],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const said = new TextDecoder().decode(output.stderr) + new TextDecoder().decode(output.stdout);
-    assert.equal(output.code, 0, said);
-    assert.equal(said.trim(), "");
-  },
-});
+for (const unit of UNITS) {
+  Deno.test({
+    name: `deploy/${unit.file} passes systemd-analyze verify with no warning${
+      noSystemd ? ` (ignored: ${noSystemd})` : ""
+    }`,
+    ignore: noSystemd !== undefined,
+    async fn() {
+      const output = await new Deno.Command(findTool("systemd-analyze")!, {
+        args: ["verify", unitWithStubBinary(unit)],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const said = new TextDecoder().decode(output.stderr) +
+        new TextDecoder().decode(output.stdout);
+      assert.equal(output.code, 0, said);
+      assert.equal(said.trim(), "");
+    },
+  });
 
-Deno.test({
-  name: `deploy/discovery@.service is hardened: offline exposure at most ${MAX_EXPOSURE}${
-    noSystemd ? ` (ignored: ${noSystemd})` : ""
-  }`,
-  ignore: noSystemd !== undefined,
-  async fn() {
-    const output = await new Deno.Command(findTool("systemd-analyze")!, {
-      args: ["security", "--offline=true", "--no-pager", unitWithStubBinary()],
-      env: { NO_COLOR: "1", SYSTEMD_COLORS: "0" },
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(output.stdout);
-    const exposure = Number(/Overall exposure level for \S+: ([\d.]+)/.exec(text)?.[1]);
-    assert.ok(exposure <= MAX_EXPOSURE, `exposure ${exposure}:\n${text}`);
-  },
+  Deno.test({
+    name: `deploy/${unit.file} is hardened: offline exposure at most ${MAX_EXPOSURE}${
+      noSystemd ? ` (ignored: ${noSystemd})` : ""
+    }`,
+    ignore: noSystemd !== undefined,
+    async fn() {
+      const output = await new Deno.Command(findTool("systemd-analyze")!, {
+        args: ["security", "--offline=true", "--no-pager", unitWithStubBinary(unit)],
+        env: { NO_COLOR: "1", SYSTEMD_COLORS: "0" },
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const text = new TextDecoder().decode(output.stdout);
+      const exposure = Number(/Overall exposure level for \S+: ([\d.]+)/.exec(text)?.[1]);
+      assert.ok(exposure <= MAX_EXPOSURE, `exposure ${exposure}:\n${text}`);
+    },
+  });
+}
+
+Deno.test("deploy/discovery-node@.service hardens as deploy/discovery@.service does, and shares a SQLite hit log", () => {
+  const deno = serviceSettings(UNIT);
+  const node = serviceSettings(NODE_UNIT);
+  // What runs, and the store, differ; every other setting is the Deno unit's, hardening included.
+  const differ = new Set(["ExecStart", "WorkingDirectory", "Environment"]);
+  for (const [key, values] of deno) {
+    if (!differ.has(key)) assert.deepEqual(node.get(key), values, key);
+  }
+  assert.deepEqual([...node.keys()].filter((key) => !deno.has(key)), ["WorkingDirectory"]);
+  assert.equal(node.get("ExecStart")![0], `${NODE_BINARY} /opt/discovery/lib/node/main.ts`);
+  const env = (settings: Map<string, string[]>) =>
+    Object.fromEntries(settings.get("Environment")!.map((pair) => pair.split("=", 2)));
+  const { RATE_LIMIT_STORE: _a, KV_PATH: _b, ...denoRest } = env(deno);
+  const { RATE_LIMIT_STORE: store, SQLITE_PATH: path, ...nodeRest } = env(node);
+  assert.deepEqual(nodeRest, denoRest);
+  assert.equal(store, "sqlite");
+  assert.match(path!, new RegExp(`^/var/lib/${node.get("StateDirectory")![0]}/`));
 });
 
 Deno.test("deploy/discovery@.service restarts on failure, allows many descriptors and trusts the local nginx", () => {

@@ -1,8 +1,9 @@
 /**
  * A shared hit log that survives a bad peer (issue 39): real service processes in `local-first`
- * over a real Redis stream or a real Deno KV file, with the log written to as an operator's worst
- * day would: an instance whose clock is a day ahead (libfaketime), a well-formed batch from a third
- * writer stamped a day ahead, an entry that cannot be read (Redis and KV). Each must cost at most
+ * over a real Redis stream, a real Deno KV file or a real SQLite file (the hit log of Node's VM
+ * recipe), with the log written to as an operator's worst day would: an instance whose clock is a
+ * day ahead (libfaketime; KV and SQLite), a well-formed batch from a third writer stamped a day
+ * ahead, an entry that cannot be read (Redis, KV and SQLite). Each must cost at most
  * one window for one caller (a future stamp) or that entry (an unreadable one), and say so once.
  *
  * @module
@@ -10,6 +11,7 @@
 
 import assert from "node:assert/strict";
 import { createClient } from "@redis/client";
+import { DatabaseSync } from "node:sqlite";
 import { HitWriter } from "../lib/limit/local_first/hit_codec.ts";
 import { redisUnavailableReason, startRedis } from "./_redis.ts";
 import {
@@ -73,64 +75,78 @@ async function stopAll(services: readonly ServiceProcess[]): Promise<void> {
   await Promise.allSettled(services.map((service) => service.stop()));
 }
 
-Deno.test({
-  name:
-    `a KV instance whose clock is a day ahead holds a caller for no more than a window, and it is the one that says so${
-      faketimeSkip ? ` (ignored: ${faketimeSkip})` : ""
-    }`,
-  ignore: faketimeSkip !== undefined,
-  async fn() {
-    const dir = await Deno.makeTempDir();
-    const env = { ...base, RATE_LIMIT_STORE: "kv", KV_PATH: `${dir}/limits.sqlite3` };
-    const services: ServiceProcess[] = [];
-    try {
-      // Two healthy instances (a majority to tell whose clock is wrong) and one a day ahead.
-      const first = await startService(env);
-      services.push(first);
-      const [second, ahead] = await Promise.all([
-        startService(env),
-        startService(env, undefined, { faketime: "+1d" }),
-      ]);
-      services.push(second, ahead);
-      // Each instance admits something, so that the others see its stamps.
-      await sequential(first.url, 3, "198.51.100.1");
-      await sequential(second.url, 3, "198.51.100.2");
-      // The caller of the issue: 10 requests to the instance a day ahead.
-      assert.equal(admitted(await sequential(ahead.url, 10, "192.0.2.10")), 10);
-      await settle();
-      // Its 10 hits are counted, at the healthy instance's now: 50 of 60 in this window...
-      assert.equal(admitted(await sequential(first.url, 60, "192.0.2.10")), 50);
-      // ... and none of them after it: the window has passed.
-      await new Promise((resolve) => setTimeout(resolve, WINDOW_S * 1000 + 1500));
-      assert.equal(
-        admitted(await sequential(first.url, 60, "192.0.2.10")),
-        60,
-        "the hits of the instance a day ahead held the caller past the window",
-      );
-      // The wrong clock is the one that says so; the healthy ones name it, and never blame
-      // themselves.
-      await until(
-        () => said(ahead, /this instance's clock is .* ahead of 2 of its 2 peers'/).length > 0,
-        "the instance a day ahead to say its clock is ahead",
-      );
-      await until(
-        () => said(first, /another instance's clock disagrees/).length > 0,
-        "a healthy instance to name the one ahead",
-      );
-      for (const healthy of [first, second]) {
-        assert.deepEqual(
-          said(healthy, /this instance's clock is/),
-          [],
-          "a healthy one blamed itself",
-        );
-      }
-      assert.ok(untrusted(first, "future").length === 1, "the clamped hits are warned once");
-    } finally {
-      await stopAll(services);
-      await Deno.remove(dir, { recursive: true });
-    }
+/** The two stores of a file on one machine: Deno KV's, and the SQLite hit log (Node's recipe). */
+const FILE_STORES = [
+  {
+    name: "KV",
+    env: (dir: string) => ({ RATE_LIMIT_STORE: "kv", KV_PATH: `${dir}/limits.sqlite3` }),
   },
-});
+  {
+    name: "SQLite",
+    env: (dir: string) => ({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: `${dir}/hits.sqlite3` }),
+  },
+];
+
+for (const store of FILE_STORES) {
+  Deno.test({
+    name:
+      `a ${store.name} instance whose clock is a day ahead holds a caller for no more than a window, and it is the one that says so${
+        faketimeSkip ? ` (ignored: ${faketimeSkip})` : ""
+      }`,
+    ignore: faketimeSkip !== undefined,
+    async fn() {
+      const dir = await Deno.makeTempDir();
+      const env = { ...base, ...store.env(dir) };
+      const services: ServiceProcess[] = [];
+      try {
+        // Two healthy instances (a majority to tell whose clock is wrong) and one a day ahead.
+        const first = await startService(env);
+        services.push(first);
+        const [second, ahead] = await Promise.all([
+          startService(env),
+          startService(env, undefined, { faketime: "+1d" }),
+        ]);
+        services.push(second, ahead);
+        // Each instance admits something, so that the others see its stamps.
+        await sequential(first.url, 3, "198.51.100.1");
+        await sequential(second.url, 3, "198.51.100.2");
+        // The caller of the issue: 10 requests to the instance a day ahead.
+        assert.equal(admitted(await sequential(ahead.url, 10, "192.0.2.10")), 10);
+        await settle();
+        // Its 10 hits are counted, at the healthy instance's now: 50 of 60 in this window...
+        assert.equal(admitted(await sequential(first.url, 60, "192.0.2.10")), 50);
+        // ... and none of them after it: the window has passed.
+        await new Promise((resolve) => setTimeout(resolve, WINDOW_S * 1000 + 1500));
+        assert.equal(
+          admitted(await sequential(first.url, 60, "192.0.2.10")),
+          60,
+          "the hits of the instance a day ahead held the caller past the window",
+        );
+        // The wrong clock is the one that says so; the healthy ones name it, and never blame
+        // themselves.
+        await until(
+          () => said(ahead, /this instance's clock is .* ahead of 2 of its 2 peers'/).length > 0,
+          "the instance a day ahead to say its clock is ahead",
+        );
+        await until(
+          () => said(first, /another instance's clock disagrees/).length > 0,
+          "a healthy instance to name the one ahead",
+        );
+        for (const healthy of [first, second]) {
+          assert.deepEqual(
+            said(healthy, /this instance's clock is/),
+            [],
+            "a healthy one blamed itself",
+          );
+        }
+        assert.ok(untrusted(first, "future").length === 1, "the clamped hits are warned once");
+      } finally {
+        await stopAll(services);
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  });
+}
 
 Deno.test({
   name:
@@ -232,6 +248,33 @@ Deno.test("Deno KV: an unreadable entry costs that entry, is counted and warned 
     }
   } finally {
     kv.close();
+    await stopAll(services);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("SQLite: an unreadable row costs that row, is counted and warned once", async () => {
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/hits.sqlite3`;
+  const env = { ...base, RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: path };
+  const services: ServiceProcess[] = [];
+  try {
+    services.push(...await Promise.all([startService(env), startService(env)]));
+    const [a, b] = services as [ServiceProcess, ServiceProcess];
+    // Text where bytes belong, then bytes that are not a batch, as a writer's batches 0 and 1.
+    const db = new DatabaseSync(path);
+    const insert = db.prepare("INSERT INTO hit_log (instance, seq, at, hits) VALUES (?, ?, ?, ?)");
+    insert.run("x", 0, Date.now(), "not a batch");
+    insert.run("x", 1, Date.now(), Uint8Array.of(9, 9, 9));
+    db.close();
+    await settle();
+    assert.equal(admitted(await sequential(a.url, LIMIT, "192.0.2.41")), LIMIT);
+    await settle();
+    assert.equal(admitted(await sequential(b.url, LIMIT, "192.0.2.41")), 0, "the limit twice");
+    for (const service of services) {
+      assert.equal(untrusted(service, "unreadable").length, 1, "warned once per episode");
+    }
+  } finally {
     await stopAll(services);
     await Deno.remove(dir, { recursive: true });
   }

@@ -1,7 +1,8 @@
 /**
  * Opens the rate-limit store the configuration names: in memory, or a shared store (Deno KV, Redis)
  * either wrapped in the failure policy (`exact`) or decided locally and shared through a hit log
- * (`local-first`, `local_first/local_first_store.ts` over `redis/redis_hit_log.ts` or `kv/kv_hit_log.ts`).
+ * (`local-first`, `local_first/local_first_store.ts` over `redis/redis_hit_log.ts`, `kv/kv_hit_log.ts`
+ * or `sqlite/sqlite_hit_log.ts`, the last a hit log only).
  *
  * The shared stores and the failure policy are imported only when chosen, so a service on the memory
  * store loads neither them nor the Redis client, nor needs `--unstable-kv`.
@@ -18,8 +19,8 @@ import type { StoreClock } from "./clock/store_clock.ts";
 import { MemoryStore } from "./memory/memory_store.ts";
 import { KV_SLEW_RATE, kvClock, memoryClock } from "./clock/steady_clock.ts";
 
-/** Where rate-limit state lives: this process, Deno KV, or Redis. */
-export type RateLimitStoreKind = "memory" | "kv" | "redis";
+/** Where rate-limit state lives: this process, Deno KV, Redis, or a SQLite file's hit log. */
+export type RateLimitStoreKind = "memory" | "kv" | "redis" | "sqlite";
 
 /** How a shared store decides: `exact` waits for it; `local-first` decides here and syncs in batches. */
 export type RateLimitConsistency = "exact" | "local-first";
@@ -32,6 +33,8 @@ export interface StoreSettings extends PolicySettings {
   rateLimitMaxCallers: number;
   /** Deno KV database (file path or URL); undefined means `Deno.openKv()`'s default. */
   kvPath: string | undefined;
+  /** The SQLite file of `sqlite`'s hit log; set whenever `rateLimitStore` is `sqlite`. */
+  sqlitePath: string | undefined;
   /**
    * Redis connection URL; set whenever `rateLimitStore` is `redis`. With `cluster` and `sentinel`, a
    * comma-separated list of seed nodes or sentinels.
@@ -123,6 +126,11 @@ const OPENERS: Readonly<
   redis: {
     "exact": (config, options) => openExact(config, options, redisExact),
     "local-first": (config, options) => openLocalFirst(config, options, redisHitLog),
+  },
+  // A hit log only (`loadConfig` refuses `exact` with it).
+  sqlite: {
+    "exact": () => Promise.reject(new RangeError("RATE_LIMIT_STORE=sqlite is local-first only")),
+    "local-first": (config, options) => openLocalFirst(config, options, sqliteHitLog),
   },
 };
 
@@ -282,6 +290,31 @@ async function kvHitLog(
   ]);
   // Opened in the KV backend: this root names no runtime API, so Node's entry runs it too.
   const log = await openKvHitLog(config.kvPath, windowMs, instance);
+  return { log, clock: new StoreClock({ wall: kvClock(windowMs) }), offsetFromPeers: true };
+}
+
+/**
+ * The hit log in a SQLite file (`node:sqlite`: Node 22.13+ and Deno), for instances on one machine.
+ * Stamped as Deno KV's: it has no clock of its own, and whose clock is wrong is told by the majority
+ * of the peers' stamps.
+ */
+async function sqliteHitLog(
+  config: StoreSettings,
+  _options: OpenStoreOptions,
+  instance: string,
+): Promise<SharedHitLog> {
+  const windowMs = policyOf(config).windowMs;
+  const [{ StoreClock }, { SqliteHitLog, explainSqliteOpenError }] = await Promise.all([
+    import("./clock/store_clock.ts"),
+    import("./sqlite/sqlite_hit_log.ts"),
+  ]);
+  const path = config.sqlitePath!;
+  let log;
+  try {
+    log = SqliteHitLog.open(path, windowMs, { instance });
+  } catch (error) {
+    throw new Error(explainSqliteOpenError(error, path), { cause: error });
+  }
   return { log, clock: new StoreClock({ wall: kvClock(windowMs) }), offsetFromPeers: true };
 }
 

@@ -19,7 +19,7 @@
 /** The settings that decide whether a warning is due. */
 export interface SharedTrafficInput {
   /** `RATE_LIMIT_STORE`. */
-  store: "memory" | "kv" | "redis";
+  store: "memory" | "kv" | "redis" | "sqlite";
   /** `REUSE_PORT`. */
   reusePort: boolean;
   /** Whether this is Deno Deploy (`DENO_DEPLOY=true`). */

@@ -35,6 +35,9 @@ export async function openStore(
     fatalExplained((startup) =>
       config.rateLimitStore === "kv"
         ? startup.explainKvError(error, config.kvPath, { onDenoDeploy: options.onDeploy })
+        : config.rateLimitStore === "sqlite" && error instanceof Error &&
+            error.message.startsWith("Cannot open SQLITE_PATH")
+        ? `${error.message}; nothing is served.`
         : startup.explainStartupError(error)
     )
   );

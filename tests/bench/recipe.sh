@@ -9,7 +9,9 @@
 # `one`, every request is from 127.0.0.1. Fresh processes and KV file per run; each round runs every
 # configuration once, in turn. One line per run: round, store, balancing, callers, req/s, p99.
 # Run: bash tests/bench/recipe.sh [rounds] [seconds] [stores] [balancing] [callers]
-#   stores: memory kv-exact kv-lf<sync ms> (default "memory kv-exact kv-lf50 kv-lf250")
+#   stores: memory kv-exact kv-lf<sync ms> sqlite-lf<sync ms> (default "memory kv-exact kv-lf50
+#   kv-lf250"); with a `node-` prefix (node-memory, node-sqlite-lf250) the instances are Node's
+#   (`lib/node/main.ts`, deploy/discovery-node@.service) on $NODE, or node@24 from npm.
 # Needs nginx, wrk and curl; loopback only; stops by itself (each process has a 120 s timeout).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,6 +20,7 @@ seconds=${2:-4}
 stores=${3:-memory kv-exact kv-lf50 kv-lf250}
 balancings=${4:-rr hash}
 callers_list=${5:-many one}
+case $stores in *node-*) NODE=${NODE:-$(npx -y node@24 -p process.execPath)} ;; esac
 script=$(mktemp --suffix .lua)
 cat >"$script" <<'LUA'
 local reqs = {}
@@ -61,11 +64,15 @@ run() { # round store balancing callers
     kv-exact) store_env=(RATE_LIMIT_STORE=kv KV_PATH="$dir/limits.sqlite3" RATE_LIMIT_CONSISTENCY=exact) ;;
     kv-lf*) store_env=(RATE_LIMIT_STORE=kv KV_PATH="$dir/limits.sqlite3"
       RATE_LIMIT_CONSISTENCY=local-first RATE_LIMIT_SYNC_MS="${2#kv-lf}") ;;
+    sqlite-lf* | node-sqlite-lf*) store_env=(RATE_LIMIT_STORE=sqlite SQLITE_PATH="$dir/hits.sqlite3"
+      RATE_LIMIT_SYNC_MS="${2#*sqlite-lf}") ;;
   esac
+  local service=(deno run $(compile_flags "$dir") main.ts --listen)
+  case $2 in node-*) service=("$NODE" lib/node/main.ts) ;; esac
   for p in $p1 $p2; do
     env HOSTNAME=127.0.0.1 PORT="$p" TRUSTED_PROXIES=127.0.0.1,::1 \
       PUBLIC_BASE_URL=https://discovery.example.com "${store_env[@]}" \
-      timeout 120 deno run $(compile_flags "$dir") main.ts --listen >/dev/null 2>"$dir/$p.log" &
+      timeout 120 "${service[@]}" >/dev/null 2>"$dir/$p.log" &
     pids+=($!)
   done
   nginx_conf "$dir" "$port" "$p1" "$p2" "$3"

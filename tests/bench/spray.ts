@@ -9,12 +9,14 @@
  * `--after` seconds after the spray ended (default 20).
  *
  * Usage: `deno task bench:spray [--callers 1000000] [--runs 1] [--caps 500000]
- * [--stores memory,redis-exact,redis-local-first,kv-exact,kv-local-first] [--after 20]
+ * [--stores memory,redis-exact,redis-local-first,kv-exact,kv-local-first,sqlite-local-first]
+ * [--after 20]
  * [--seconds 120] [--v8=<flags>] [--log <folder> [--trace-gc] [--heap <seconds>]]`.
  *
  * - `redis-*` start a throwaway `redis-server` on a free port of 127.0.0.1 for each row (no
- *   persistence), stopped after it; `kv-*` open a KV file in a temporary folder of their own
- *   (the service is granted read and write there only), removed after the row.
+ *   persistence), stopped after it; `kv-*` open a KV file, `sqlite-*` the SQLite hit log's file,
+ *   in a temporary folder of their own (the service is granted read and write there only), removed
+ *   after the row.
  * - Each row runs in a fresh service process and a fresh store, so rows do not share state.
  * - `--caps` runs each store under several `RATE_LIMIT_MAX_CALLERS`; the default is the default cap.
  * - `--v8` adds V8 flags (comma-separated) after the task's `--v8-flags`, which they override.
@@ -36,7 +38,14 @@ import { freePort, status } from "./_proc.ts";
 import { startRedis, type TestRedis } from "../_redis.ts";
 
 /** The stores and modes the spray can run, in the order of the table. */
-const STORES = ["memory", "redis-exact", "redis-local-first", "kv-exact", "kv-local-first"];
+const STORES = [
+  "memory",
+  "redis-exact",
+  "redis-local-first",
+  "kv-exact",
+  "kv-local-first",
+  "sqlite-local-first",
+];
 
 const { values: args } = parseArgs({
   args: Deno.args[0] === "--" ? Deno.args.slice(1) : Deno.args,
@@ -145,6 +154,19 @@ async function heldHits(env: Record<string, string>): Promise<number | undefined
     }
     return held;
   }
+  if (env.RATE_LIMIT_STORE === "sqlite") {
+    const { SqliteHitLog } = await import("../../lib/limit/sqlite/sqlite_hit_log.ts");
+    const log = SqliteHitLog.open(env.SQLITE_PATH!, 60_000, { instance: "spray-counter" });
+    try {
+      let held = 0;
+      do {
+        for (const batch of await log.exchange(null)) decodeHits(batch.hits, () => held++);
+      } while (log.more);
+      return held;
+    } finally {
+      log.close();
+    }
+  }
   const { KvHitLog } = await import("../../lib/limit/kv/kv_hit_log.ts");
   const kv = await Deno.openKv(env.KV_PATH!);
   const log = new KvHitLog(kv, 60_000, { instance: "spray-counter", ownsKv: true });
@@ -182,8 +204,9 @@ async function withStore<T>(
     async () =>
       await body(
         {
-          RATE_LIMIT_STORE: "kv",
-          KV_PATH: `${dir}/limits.sqlite`,
+          ...(kind === "sqlite"
+            ? { RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: `${dir}/hits.sqlite3` }
+            : { RATE_LIMIT_STORE: "kv", KV_PATH: `${dir}/limits.sqlite` }),
           RATE_LIMIT_CONSISTENCY: consistency,
         },
         // The task's read permission plus the folder, and write there only (as `start:kv` grants).
@@ -353,6 +376,7 @@ const LABELS: Record<string, string> = {
   "redis-local-first": "Redis, local-first",
   "kv-exact": "Deno KV, exact",
   "kv-local-first": "Deno KV, local-first",
+  "sqlite-local-first": "SQLite hit log (node:sqlite), local-first",
 };
 
 console.log(

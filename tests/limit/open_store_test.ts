@@ -66,7 +66,7 @@ Deno.test("every store setting problem is listed at once, without the Redis pass
   assert.equal(result.ok, false);
   const errors = result.ok ? [] : result.errors;
   assert.deepEqual(errors, [
-    'RATE_LIMIT_STORE must be memory, kv or redis, got "memcached"',
+    'RATE_LIMIT_STORE must be memory, kv, redis or sqlite, got "memcached"',
     'REDIS_URL must be a redis:// or rediss:// URL, got "http://user:***@cache.example"',
     "RATE_LIMIT_STORE_TIMEOUT_MS must be from 1 to 60000, got 0",
     'RATE_LIMIT_ON_STORE_ERROR must be open or closed, got "maybe"',
@@ -169,6 +169,85 @@ Deno.test("openRateLimitStore builds a local-first KV store that answers every c
   } finally {
     await first.close();
     await second?.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the sqlite store is local-first by default, refuses exact, and requires a file SQLITE_PATH", () => {
+  const errorsOf = (env: Partial<Record<EnvName, string>>) => {
+    const result = loadConfig(recordEnv(env));
+    return result.ok ? [] : result.errors;
+  };
+  const config = configOf({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: "/tmp/hits.sqlite3" });
+  assert.equal(config.rateLimitConsistency, "local-first");
+  assert.equal(config.sqlitePath, "/tmp/hits.sqlite3");
+  assert.deepEqual(errorsOf({ RATE_LIMIT_STORE: "sqlite" }), [
+    "SQLITE_PATH is required with RATE_LIMIT_STORE=sqlite: the file every instance on this machine shares (e.g. SQLITE_PATH=/var/lib/discovery/hits.sqlite3)",
+  ]);
+  assert.match(
+    errorsOf({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: "/x", RATE_LIMIT_CONSISTENCY: "exact" })
+      .join(),
+    /^RATE_LIMIT_CONSISTENCY must be local-first \(or unset\) with RATE_LIMIT_STORE=sqlite/,
+  );
+  for (const path of [":memory:", "file:hits?mode=memory", "/tmp/a\nb", "/".repeat(4097)]) {
+    assert.match(
+      errorsOf({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: path }).join(),
+      /^SQLITE_PATH must be a file path of at most 4096 characters/,
+      JSON.stringify(path.slice(0, 20)),
+    );
+  }
+  // Other stores keep exact as their default.
+  assert.equal(configOf({ SQLITE_PATH: ":memory:" }).rateLimitConsistency, "exact");
+});
+
+Deno.test("openRateLimitStore builds a local-first SQLite store that shares the hits; a new instance reads the window before it serves", async () => {
+  const dir = await Deno.makeTempDir();
+  const env = {
+    RATE_LIMIT_STORE: "sqlite",
+    SQLITE_PATH: `${dir}/hits.sqlite3`,
+    RATE_LIMIT: "3",
+    RATE_LIMIT_SYNC_MS: "10",
+  } as const;
+  const first = await openRateLimitStore(configOf(env));
+  let second: Awaited<ReturnType<typeof openRateLimitStore>> | undefined;
+  try {
+    const now = Date.now();
+    const decision = first.hit("a", now);
+    assert.ok(!(decision instanceof Promise), "a decision does not wait for the store");
+    assert.equal(decision.remaining, 2);
+    assert.equal((await first.hit("a", now)).remaining, 1);
+    await (first as unknown as { sync(): Promise<void> }).sync();
+    second = await openRateLimitStore(configOf(env));
+    assert.equal((await second.hit("a", now)).remaining, 0);
+    assert.equal((await second.hit("a", now)).allowed, false, "3 admitted across both: the limit");
+  } finally {
+    await first.close();
+    await second?.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("openRateLimitStore says in one sentence why the SQLite file cannot be opened", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const missing = `${dir}/no/such/folder/hits.sqlite3`;
+    await assert.rejects(
+      openRateLimitStore(configOf({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: missing })),
+      (error: Error) => {
+        assert.equal(
+          error.message,
+          `Cannot open SQLITE_PATH ${missing}: its folder ${dir}/no/such/folder does not exist, so create it or set SQLITE_PATH to a file in one`,
+        );
+        return true;
+      },
+    );
+    const notDb = `${dir}/not_a_database`;
+    await Deno.writeTextFile(notDb, "x".repeat(4096));
+    await assert.rejects(
+      openRateLimitStore(configOf({ RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: notDb })),
+      /^Error: Cannot open SQLITE_PATH .*: it is not a SQLite database/,
+    );
+  } finally {
     await Deno.remove(dir, { recursive: true });
   }
 });
