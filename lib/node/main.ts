@@ -19,6 +19,8 @@ import { loadConfig } from "../config.ts";
 import { createHandler } from "../handler.ts";
 import { loadContent } from "../pages/content.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
+import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
+import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { storeEventOptions } from "../store_events.ts";
 import { errorFields, event, fatal, fatalSentence, STDOUT, writeAllSync } from "./events.ts";
@@ -53,11 +55,18 @@ function configure() {
   const { config } = loaded;
   if (config.rateLimitStore === "kv") {
     fatal([
-      "RATE_LIMIT_STORE=kv needs Deno (Deno KV has no Node runtime): on Node set RATE_LIMIT_STORE to memory or redis, or run the service with Deno",
+      "RATE_LIMIT_STORE=kv needs Deno (Deno KV has no Node runtime): on Node set RATE_LIMIT_STORE to memory, redis or sqlite (with SQLITE_PATH), or run the service with Deno",
     ]);
   }
   const content = loadContent(config, NODE_STATIC_FILES);
   if (!content.ok) fatal(content.errors);
+  // Said on every start, as Deno's entry says it (lib/server/configure.ts).
+  if (config.rateLimitMode === "report") {
+    event("warn", REPORT_MODE_WARNING, {
+      limit: config.rateLimit,
+      window: config.rateLimitWindowSeconds,
+    });
+  }
   return { config, content: content.content };
 }
 
@@ -66,7 +75,11 @@ async function openStore(config: ReturnType<typeof configure>["config"]): Promis
   try {
     return await openRateLimitStore(config, storeEventOptions(config, event));
   } catch (error) {
-    return fatalSentence(explainStartupError(error));
+    return fatalSentence(
+      isSqliteOpenFailure(error)
+        ? `${error.message}; nothing is served.`
+        : explainStartupError(error),
+    );
   }
 }
 

@@ -9,6 +9,7 @@
 import type { Config } from "../config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
+import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";
 import { CALLER_EXEMPT, createCallerVerdict } from "../limit/caller/caller_controls.ts";
 import { parseCidrSet } from "../http/address.ts";
 import { storeEventOptions } from "../store_events.ts";
@@ -35,8 +36,7 @@ export async function openStore(
     fatalExplained((startup) =>
       config.rateLimitStore === "kv"
         ? startup.explainKvError(error, config.kvPath, { onDenoDeploy: options.onDeploy })
-        : config.rateLimitStore === "sqlite" && error instanceof Error &&
-            error.message.startsWith("Cannot open SQLITE_PATH")
+        : isSqliteOpenFailure(error)
         ? `${error.message}; nothing is served.`
         : startup.explainStartupError(error)
     )

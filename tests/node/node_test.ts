@@ -30,6 +30,8 @@ import {
 } from "../_server.ts";
 import { admitted, sequential, type ServiceProcess, startService } from "../_service_process.ts";
 import { buildAnswers } from "../../lib/respond/paths.ts";
+import { REPORT_MODE_WARNING } from "../../lib/limit/caller/caller_controls.ts";
+import { checkControls, checkReportMode, CONTROLS_ENV } from "../_controls.ts";
 
 await ensureNodeModules();
 const NODES = Object.fromEntries(
@@ -375,4 +377,29 @@ Deno.test("Node: a start that cannot serve ends in one sentence naming the varia
   assert.equal(bad.stderr.split("\n").filter((line) => line.startsWith("  - ")).length, 1);
   assert.equal(kv.code, 1);
   assert.match(kv.stderr, /RATE_LIMIT_STORE=kv needs Deno/);
+});
+
+Deno.test("Node: the operator controls as on Deno (exempt, deny, report mode with its warning on every start)", async () => {
+  const proxied = { TRUSTED_PROXIES: "127.0.0.1" };
+  const as = (address: string) => ({ "x-forwarded-for": address });
+  const enforcing = await startService({ ...proxied, ...CONTROLS_ENV }, 20_000, {
+    node: NODES[24],
+  });
+  try {
+    await checkControls(enforcing.url, as);
+  } finally {
+    await enforcing.stop();
+  }
+  const reporting = await startService({ ...proxied, RATE_LIMIT_MODE: "report" }, 20_000, {
+    node: NODES[26],
+  });
+  try {
+    await checkReportMode(reporting.url, as);
+    assert.ok(
+      reporting.events.some((e) => e.level === "warn" && e.message === REPORT_MODE_WARNING),
+      "the report-mode warning, as a JSON event on stderr",
+    );
+  } finally {
+    await reporting.stop();
+  }
 });

@@ -40,6 +40,7 @@ import { statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { HitLog, LogBatch, LogHealth } from "../core/hit_log.ts";
+import { SQLITE_OPEN_FAILURE } from "./open_failure.ts";
 
 /** The largest batch, as for Deno KV: rows stay within SQLite's default page overflow chains. */
 export const SQLITE_MAX_BATCH_BYTES = 60 * 1024;
@@ -416,7 +417,7 @@ export function explainSqliteOpenError(error: unknown, path: string): string {
   } else {
     reason = `${message}, so check SQLITE_PATH`;
   }
-  return `Cannot open SQLITE_PATH ${path}: ${reason}`;
+  return `${SQLITE_OPEN_FAILURE} ${path}: ${reason}`;
 }
 
 /** Whether `path` is a folder this process can see. */
