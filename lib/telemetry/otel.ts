@@ -34,6 +34,8 @@ import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
+import { exitFlushBoundMs } from "./enabled.ts";
+import { armExitWatchdog } from "./exit_watchdog.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
 const SCOPE = "public-discovery-api";
@@ -110,6 +112,24 @@ export interface Telemetry {
   incident(incident: { kind: string }): void;
   /** Counts the listener's accept failures and its time down. */
   listenerEvent(event: { kind: string; downMs?: number }): void;
+  /**
+   * Call right before `Deno.exit`: bounds the exit, whose last exports Deno 2.9.6 sometimes never
+   * finishes, to their own bound (3 x `OTEL_EXPORTER_OTLP_TIMEOUT`) and half a second
+   * (`exit_watchdog.ts`).
+   */
+  armExitWatchdog(): Promise<void>;
+}
+
+/** What the exit's watchdog allows beyond the exports' own bound, in ms. */
+export const EXIT_WATCHDOG_MARGIN_MS = 500;
+
+/** An environment variable, or undefined where it cannot be read (a compiled binary's list). */
+function readEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -148,6 +168,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       if (event.kind === "accept_failed") listener.failures.add(1);
       if (event.kind === "recovered") listener.down.add((event.downMs ?? 0) / 1000);
     },
+    armExitWatchdog: () => armExitWatchdog(exitFlushBoundMs(readEnv) + EXIT_WATCHDOG_MARGIN_MS),
   };
 }
 
