@@ -34,7 +34,7 @@ import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
-import { exitFlushBoundMs } from "./enabled.ts";
+import { exitFlushBoundMs, otelSignals } from "./enabled.ts";
 import { armExitWatchdog } from "./exit_watchdog.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
@@ -96,11 +96,13 @@ export interface TelemetryOptions {
   paths: Iterable<string>;
   /** Clock in ms (default `Date.now`). */
   now?: () => number;
+  /** Whether spans are exported (default: as the runtime says, `otelSignals`). */
+  tracing?: boolean;
 }
 
 /** The service's telemetry: wrappers for the handler and the limiter, and the events it counts. */
 export interface Telemetry {
-  /** Names each request's server span after its route and method. */
+  /** Names each request's server span after its route and method (tracing on; else `handler` itself). */
   wrapHandler<I>(handler: FetchHandler<I>): FetchHandler<I>;
   /** Counts the decisions of `store` (the one the handler calls) and observes what it keeps. */
   wrapDecisions(store: RateLimitStore & ObservableStore): RateLimitStore;
@@ -144,6 +146,7 @@ function readEnv(name: string): string | undefined {
  *   storeTimeoutMs: 100,
  *   syncTimeoutMs: 5000,
  *   paths: ["/"],
+ *   tracing: true,
  * });
  * const handler = telemetry.wrapHandler(() => new Response("ok"));
  * assert.equal(await (await handler(new Request("http://localhost/"), {})).text(), "ok");
@@ -155,9 +158,12 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
   const store = options.storeKind;
   const breaker = breakerInstruments(meter, store);
   const listener = listenerInstruments(meter);
+  // With tracing off (as documented) there is no span to name: nothing is added per request.
+  const tracing = options.tracing ?? otelSignals()?.traces ?? false;
   return {
-    wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
-    wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker }),
+    wrapHandler: (handler) =>
+      tracing ? routeNamingHandler(handler, new Set(options.paths)) : handler,
+    wrapDecisions: (wrapped) => decisionCounting(wrapped, meter, { store, breaker, tracing }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
     wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
@@ -226,7 +232,7 @@ function listenerInstruments(meter: Meter) {
 function decisionCounting(
   store: RateLimitStore & ObservableStore,
   meter: Meter,
-  options: { store: RateLimitStoreKind; breaker: unknown },
+  options: { store: RateLimitStoreKind; breaker: unknown; tracing: boolean },
 ): RateLimitStore {
   const decisions = meter.createCounter("ratelimit.decisions", {
     description:
@@ -241,6 +247,7 @@ function decisionCounting(
     const byPolicy = store.answeredByPolicy?.(decision) ?? false;
     const outcome = byPolicy ? policy : decision.allowed ? attributes.admitted : attributes.limited;
     decisions.add(1, outcome);
+    if (!options.tracing) return decision;
     trace.getActiveSpan()?.setAttributes({
       "ratelimit.outcome": outcome["ratelimit.outcome"],
       "ratelimit.remaining": decision.remaining,
