@@ -7,8 +7,10 @@
  * The services share one core (`taskset`), wrk runs on the other; rounds interleave the
  * configurations so that noise from other work on the machine falls on all of them alike, and the
  * report gives each configuration's req/s as a ratio to OpenTelemetry off within each round (median
- * and range), its p99, and its peak RSS (VmHWM) at the end. It then checks what the documented
- * configuration exported: its decisions counted every request wrk had answered.
+ * and range), the same per second of the service's CPU time, its p99, and its peak RSS (VmHWM) at
+ * the end. Paired rounds then run each configuration and off at the same time on the one server
+ * core, each with half of wrk: the steadiest ratio on a machine shared with other work. It then
+ * prints what the JSON exporters' receiver holds: decisions against the requests wrk saw answered.
  *
  * Usage: deno task bench:otel [--rounds 3] [--duration 5] [--connections 50] [--only a,b]
  *
@@ -135,15 +137,15 @@ async function startService(env: Record<string, string>): Promise<{ port: number
 }
 
 /** One wrk run of the hot caller against the service on `port` (process `pid`). */
-async function wrk(port: number, pid: number, seconds: number): Promise<Run> {
+async function wrk(port: number, pid: number, seconds: number, share = 1): Promise<Run> {
   const cpuBefore = await cpuSeconds(pid);
   const out = await new Deno.Command("taskset", {
     args: [
       "-c",
       args["client-cpu"],
       "wrk",
-      "-t2",
-      `-c${connections}`,
+      `-t${2 / share}`,
+      `-c${Math.max(1, Math.round(connections / share))}`,
       `-d${seconds}s`,
       "--timeout",
       "2s",
@@ -153,7 +155,7 @@ async function wrk(port: number, pid: number, seconds: number): Promise<Run> {
       "--",
       "1",
       "application/json",
-      "2",
+      String(2 / share),
     ],
     stdout: "piped",
     stderr: "piped",
@@ -203,9 +205,20 @@ try {
     const order = round % 2 === 0 ? names : [...names].reverse();
     for (const name of order) runs[name]!.push(await run(name, duration));
   }
+  // Paired: each configuration and off at the same time on the one server core, each with half of
+  // wrk: both get the same share of whatever else the machine runs, over the same seconds.
+  const paired: Record<string, number[]> = Object.fromEntries(names.map((name) => [name, []]));
+  for (let round = 0; round < rounds; round++) {
+    for (const name of names.slice(1)) {
+      const [off, own] = await Promise.all(
+        [names[0]!, name].map((n) => wrk(services[n]!.port, services[n]!.pid, duration, 2)),
+      );
+      paired[name]!.push(own!.rps / off!.rps);
+    }
+  }
   const memory: Record<string, number> = {};
   for (const name of names) memory[name] = (await status(services[name]!.pid)).hwm;
-  report(runs, memory);
+  report(runs, paired, memory);
   await stopAll();
   // The receiver decodes JSON exports only (protobuf ones are counted).
   const answered = names.filter((name) =>
@@ -243,23 +256,32 @@ function exportCounts(): string {
 }
 
 /** Prints the table and what the documented configuration exported. */
-function report(runs: Record<string, Run[]>, memory: Record<string, number>): void {
+function report(
+  runs: Record<string, Run[]>,
+  paired: Record<string, number[]>,
+  memory: Record<string, number>,
+): void {
   const off = runs[names[0]!]!;
   console.log(
     `\nThe hot caller (one X-Forwarded-For, RATE_LIMIT=1000000), wrk -t2 -c${connections}, ` +
       `${rounds} interleaved rounds of ${duration} s, services on cpu ${args["server-cpu"]}, ` +
-      `wrk on cpu ${args["client-cpu"]}; x off: the ratio within each round, median (range)\n`,
+      `wrk on cpu ${args["client-cpu"]}; x off: the ratio within each round, median (range); ` +
+      `paired: the configuration and off at once, each with half of wrk, ${rounds} rounds\n`,
   );
-  console.log("| configuration | req/s | x off | per CPU-s x off | p99 ms | peak RSS MiB |");
-  console.log("|---|--:|--:|--:|--:|--:|");
-  for (const name of names) {
+  console.log(
+    "| configuration | req/s | x off | per CPU-s x off | paired x off | p99 ms | peak RSS MiB |",
+  );
+  console.log("|---|--:|--:|--:|--:|--:|--:|");
+  for (const [index, name] of names.entries()) {
     const own = runs[name]!;
     const ratios = own.map((run, i) => run.rps / off[i]!.rps);
     const perCpu = own.map((run, i) => run.rpsCpu / off[i]!.rpsCpu);
     console.log(
       `| ${name} | ${spread(own.map((r) => r.rps), 0)} | ${spread(ratios, 2)} | ${
         spread(perCpu, 2)
-      } | ${spread(own.map((r) => r.p99), 2)} | ${memory[name]!.toFixed(0)} |`,
+      } | ${index === 0 ? "1.00" : spread(paired[name]!, 2)} | ${
+        spread(own.map((r) => r.p99), 2)
+      } | ${memory[name]!.toFixed(0)} |`,
     );
   }
 }
