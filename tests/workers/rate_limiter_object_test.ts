@@ -186,15 +186,18 @@ Deno.test("workerd: two workerd processes on one storage folder do not share obj
 });
 
 Deno.test("workerd: the idle sweep set before a restart of workerd runs after it by the window the object stored: it keeps a caller still in the window", async () => {
+  // The restart must end before the caller leaves the window (1.5 windows after its first request):
+  // a window of 1 s left 0.5 s for it, which a busy machine once overran (the caller was gone).
+  const windowSeconds = 4;
   await withFolder(async (persist) => {
-    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1 });
+    const start = () => startLimiterWorkerd({ script, persist, windowSeconds });
     const usageOf = (url: URL) => getJson<ObjectUsage>(url, "/usage?name=192.0.2.5");
     let workerd: Workerd | undefined = await start();
     try {
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       const { alarm } = await usageOf(workerd.urls[0]!);
       // A second request half a window later: the caller is in the window until a window after it.
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      await new Promise((resolve) => setTimeout(resolve, windowSeconds * 500));
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       await workerd.dispose();
       workerd = undefined;
@@ -202,7 +205,7 @@ Deno.test("workerd: the idle sweep set before a restart of workerd runs after it
       const [url] = workerd.urls;
       // The restarted object has had no call: only its stored window tells the alarm what is idle.
       const waitFor = async (done: (usage: ObjectUsage) => boolean) => {
-        const deadline = Date.now() + 5_000;
+        const deadline = Date.now() + 3 * windowSeconds * 1000;
         let usage = await usageOf(url!);
         while (!done(usage) && Date.now() < deadline) {
           await new Promise((resolve) => setTimeout(resolve, 50));
