@@ -122,7 +122,7 @@ export function otelStartWarnings(env: (name: string) => string | undefined): st
   try {
     if (env("OTEL_DENO") === "true" && env("OTEL_DENO_TRACING") === undefined) {
       warnings.push(
-        'OTEL_DENO_TRACING is unset, so OTEL_DENO=true traces every request: Deno builds a span per request whatever the sampler, measured at about 60% of the capacity; set OTEL_DENO_TRACING=false to export metrics and logs only, or OTEL_DENO_TRACING=true to keep tracing (deploy/README.md, "What it costs")',
+        'OTEL_DENO_TRACING is unset, so OTEL_DENO=true traces every request: Deno builds a span per request whatever the sampler, measured at half of the throughput or more; set OTEL_DENO_TRACING=false to export metrics and logs only, or OTEL_DENO_TRACING=true to keep tracing (deploy/README.md, "What it costs")',
       );
     }
   } catch {
