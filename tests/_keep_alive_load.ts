@@ -97,6 +97,8 @@ export interface LoadOptions {
    * `Connection: close` and keeps its traffic); by default it stops.
    */
   reconnect?: boolean;
+  /** Called after each complete response: for a test that waits for the load to be under way. */
+  onAnswered?: () => void;
 }
 
 /**
@@ -129,6 +131,7 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
             break;
           }
           outcome.answered.set(response.status, (outcome.answered.get(response.status) ?? 0) + 1);
+          options.onAnswered?.();
           if (response.close) {
             outcome.toldToClose++;
             if (options.reconnect) break;

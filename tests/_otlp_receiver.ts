@@ -94,6 +94,11 @@ export interface ReceiverOptions {
   onExport?: (path: string, body: unknown) => void;
   /** Delay before answering each request, in ms: a slow collector. */
   delayMs?: number;
+  /**
+   * What to keep of the decoded exports: `all` (default), or `metrics` (and log records) for a
+   * benchmark: every export is still decoded, as a collector would, but spans and bodies are dropped.
+   */
+  keep?: "all" | "metrics";
 }
 
 /** Starts a receiver on 127.0.0.1. */
@@ -110,8 +115,8 @@ export function startReceiver(options: ReceiverOptions = {}): OtlpReceiver {
       received.requests.set(path, { count: seen.count + 1, bytes: seen.bytes + bytes.length });
       if (request.headers.get("content-type")?.includes("json")) {
         const body = JSON.parse(new TextDecoder().decode(bytes));
-        received.bodies.push(body);
-        collect(received, path, body);
+        if (options.keep !== "metrics") received.bodies.push(body);
+        if (options.keep !== "metrics" || path !== "/v1/traces") collect(received, path, body);
         options.onExport?.(path, body);
       }
       if (options.delayMs) await delay(options.delayMs, closing.signal);

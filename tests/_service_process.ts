@@ -158,6 +158,7 @@ export async function startService(
         if (event.message === "listening") listening(String(event.address).replace(/\/$/, ""));
       }
     }
+    if (pending !== "") output.push(pending);
   };
   const reading = Promise.all([
     readLines(child.stderr),
@@ -166,7 +167,10 @@ export async function startService(
   let timer: ReturnType<typeof setTimeout> | undefined;
   const url = await Promise.race([
     address,
-    child.status.then((status) => {
+    // The output is quoted once both pipes have ended: the exit can be seen before the last chunk
+    // of stderr is read (CI once quoted nothing of a sentence the service had written).
+    child.status.then(async (status) => {
+      await reading;
       throw new Error(`service exited with ${status.code} before listening:\n${output.join("\n")}`);
     }),
     new Promise<never>((_, reject) => {

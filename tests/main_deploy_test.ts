@@ -120,10 +120,15 @@ Deno.test("main.ts serves on Deno Deploy: the platform's address, per-client bud
 
     // SIGINT mid-load: every request written is answered; refused connections carried nothing.
     const { promise: stopped, resolve: stop } = Promise.withResolvers<void>();
+    // SIGINT once the load is under way on every connection (counted, not timed: a fresh process
+    // on a machine busy with the parallel suite answered 16 requests in its first 400 ms).
+    const { promise: underWay, resolve: loaded } = Promise.withResolvers<void>();
+    let answeredBefore = 0;
     const load = keepAliveLoad({
       port,
       connections: 16,
       until: stopped,
+      onAnswered: () => ++answeredBefore >= 4 * 16 && loaded(),
       // Each request from its own client address, so none is refused by the limit.
       request: (n) =>
         getHead(
@@ -131,7 +136,14 @@ Deno.test("main.ts serves on Deno Deploy: the platform's address, per-client bud
           `x-deno-client-address: 10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}:1`,
         ),
     });
-    await new Promise((resolve) => setTimeout(resolve, 400));
+    let waited: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      underWay,
+      new Promise((_, reject) =>
+        waited = setTimeout(() => reject(new Error("no load within 10 s")), 10_000)
+      ),
+    ]);
+    clearTimeout(waited);
     const signalled = performance.now();
     child.kill("SIGINT");
     const status = await child.status;

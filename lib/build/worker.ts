@@ -5,9 +5,9 @@
  * The bundler is Deno's own (`deno bundle --platform=browser`, esbuild inside): it resolves the
  * project's import map and npm packages as `deno task start` does, so there is no second resolver
  * to keep in step and nothing to install. `static/` is embedded: the build writes an entry module
- * (`dist/worker/entry.ts`, not committed) holding each static file's text and handing it to
- * `createWorker`, beside the Durable Object class the Worker exports. The token counts' ranks are
- * built first (`deno task build:tokens`) and carried as a module of constants. Dynamic imports
+ * (`dist/worker/entry.<id>.ts`, removed once built) holding each static file's text and handing it
+ * to `createWorker`, beside the Durable Object class the Worker exports. The token counts' ranks
+ * are built first (`deno task build:tokens`) and carried as a module of constants. Dynamic imports
  * (negotiator, marked) are bundled in, so the Worker is one file. Prints the bundle's size and its
  * gzip size.
  *
@@ -54,24 +54,36 @@ export async function buildWorker(root: string, deno = Deno.execPath()): Promise
   // carries: the Worker counts exactly with no thread and no file (lib/pages/tokens.ts).
   await run(deno, root, ["task", "--quiet", "build:tokens"]);
   await Deno.mkdir(`${root}/${WORKER_DIR}`, { recursive: true });
-  await Deno.writeTextFile(`${root}/${WORKER_DIR}/entry.ts`, entrySource(files));
-  await run(deno, root, [
-    "bundle",
-    "--quiet",
-    "--platform=browser",
-    "--format=esm",
-    "--minify",
-    // The runtime's own module: workerd provides it.
-    "--external=cloudflare:workers",
-    // Where the ranks were never built, tokens.ts packs them from gpt-tokenizer; this build always
-    // builds them, so that fallback (2.4 MB) stays out of the Worker (`withoutFallback`).
-    "--external=gpt-tokenizer",
-    "--output",
-    WORKER_MODULE,
-    `${WORKER_DIR}/entry.ts`,
-  ]);
-  const module = withoutFallback(await Deno.readTextFile(`${root}/${WORKER_MODULE}`));
-  await Deno.writeTextFile(`${root}/${WORKER_MODULE}`, module);
+  // Each build writes files of its own and moves the finished module into place at once: two
+  // builds at the same time (the parallel suite's test files) once let workerd load the other's
+  // bundle before its fallback was taken out.
+  const id = crypto.randomUUID().slice(0, 8);
+  const entry = `${WORKER_DIR}/entry.${id}.ts`;
+  const output = `${WORKER_DIR}/worker.${id}.js`;
+  let module: string;
+  try {
+    await Deno.writeTextFile(`${root}/${entry}`, entrySource(files));
+    await run(deno, root, [
+      "bundle",
+      "--quiet",
+      "--platform=browser",
+      "--format=esm",
+      "--minify",
+      // The runtime's own module: workerd provides it.
+      "--external=cloudflare:workers",
+      // Where the ranks were never built, tokens.ts packs them from gpt-tokenizer; this build
+      // always builds them, so that fallback (2.4 MB) stays out of the Worker (`withoutFallback`).
+      "--external=gpt-tokenizer",
+      "--output",
+      output,
+      entry,
+    ]);
+    module = withoutFallback(await Deno.readTextFile(`${root}/${output}`));
+    await Deno.writeTextFile(`${root}/${output}`, module);
+    await Deno.rename(`${root}/${output}`, `${root}/${WORKER_MODULE}`);
+  } finally {
+    for (const path of [entry, output]) await Deno.remove(`${root}/${path}`).catch(() => {});
+  }
   const bytes = new TextEncoder().encode(module);
   const gzip = await compressBytes(bytes, "gzip");
   return { bytes: bytes.length, gzipBytes: gzip.length };

@@ -143,9 +143,14 @@ function runtimeStopEvents(): void {
 function stop(
   server: ResilientServer,
   drain: () => void,
-  options: Pick<ServeOptions, "store" | "accessLog">,
+  options: Pick<ServeOptions, "store" | "accessLog" | "telemetry">,
 ): (signal: Deno.Signal) => Promise<void> {
   let stopping = false;
+  // With OpenTelemetry on, the exit exports one last time: bounded, even where the runtime is not.
+  const exit = async () => {
+    await options.telemetry?.armExitWatchdog();
+    Deno.exit(0);
+  };
   return async (signal) => {
     if (stopping) return;
     stopping = true;
@@ -155,7 +160,7 @@ function stop(
       event("warn", "shutdown overran its deadline: exiting with connections still open", {
         deadlineMs: STOP_DEADLINE_MS,
       });
-      Deno.exit(0);
+      void exit();
     }, STOP_DEADLINE_MS);
     drain();
     await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
@@ -165,7 +170,7 @@ function stop(
     clearTimeout(deadline);
     event("info", "stopped");
     // Exit here rather than finish evaluating main.ts (see `serve`).
-    Deno.exit(0);
+    await exit();
   };
 }
 

@@ -96,20 +96,38 @@ export function otelConsoleMode(
 /**
  * The start-up warnings of an exporting process about what it will send and where its lines go:
  * `capture` prints the info events on stdout beside the access log (Deno's console prints `info`
- * there: ext/telemetry/telemetry.ts wraps the console, which it leaves printing), and an unset
- * service name is reported as `unknown_service:deno`. Each is one sentence naming the fix.
+ * there: ext/telemetry/telemetry.ts wraps the console, which it leaves printing), an unset
+ * service name is reported as `unknown_service:deno`, and `OTEL_DENO=true` alone turns tracing on,
+ * whose span per request costs most of the throughput. Each is one sentence naming the fix.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
  * const env = { OTEL_DENO: "true" } as Record<string, string>;
- * assert.equal(otelStartWarnings((name) => env[name]).length, 2);
- * const set = { ...env, OTEL_DENO_CONSOLE: "replace", OTEL_SERVICE_NAME: "discovery" };
+ * assert.equal(otelStartWarnings((name) => env[name]).length, 3);
+ * const set = {
+ *   ...env,
+ *   OTEL_DENO_TRACING: "false",
+ *   OTEL_DENO_CONSOLE: "replace",
+ *   OTEL_SERVICE_NAME: "discovery",
+ * };
  * assert.deepEqual(otelStartWarnings((name) => (set as Record<string, string>)[name]), []);
+ * // Tracing asked for by name is the operator's choice: no warning.
+ * const traced = { ...set, OTEL_DENO_TRACING: "true" };
+ * assert.deepEqual(otelStartWarnings((name) => (traced as Record<string, string>)[name]), []);
  * ```
  */
 export function otelStartWarnings(env: (name: string) => string | undefined): string[] {
   const warnings: string[] = [];
+  try {
+    if (env("OTEL_DENO") === "true" && env("OTEL_DENO_TRACING") === undefined) {
+      warnings.push(
+        'OTEL_DENO_TRACING is unset, so OTEL_DENO=true traces every request: Deno builds a span per request whatever the sampler, measured at half of the throughput or more; set OTEL_DENO_TRACING=false to export metrics and logs only, or OTEL_DENO_TRACING=true to keep tracing (deploy/README.md, "What it costs")',
+      );
+    }
+  } catch {
+    // The compiled binary may not read them: its tracing was fixed when it was compiled.
+  }
   if (otelConsoleMode(env) === "capture") {
     warnings.push(
       'OTEL_DENO_CONSOLE is capture (Deno\'s default): Deno prints the info events on stdout, beside the access log, as well as exporting them; set OTEL_DENO_CONSOLE=replace to keep every event on stderr (README.md, "Where each line goes")',

@@ -34,6 +34,8 @@ import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
 import { requestPathOf } from "../http/message.ts";
+import { exitFlushBoundMs, otelSignals } from "./enabled.ts";
+import { armExitWatchdog } from "./exit_watchdog.ts";
 
 /** The instrumentation scope of every instrument and span of the service. */
 const SCOPE = "public-discovery-api";
@@ -106,11 +108,13 @@ export interface TelemetryOptions {
   paths: Iterable<string>;
   /** Clock in ms (default `Date.now`). */
   now?: () => number;
+  /** Whether spans are exported (default: as the runtime says, `otelSignals`). */
+  tracing?: boolean;
 }
 
 /** The service's telemetry: wrappers for the handler and the limiter, and the events it counts. */
 export interface Telemetry {
-  /** Names each request's server span after its route and method. */
+  /** Names each request's server span after its route and method (tracing on; else `handler` itself). */
   wrapHandler<I>(handler: FetchHandler<I>): FetchHandler<I>;
   /**
    * Counts the decisions of `store` (the one the handler calls) and observes what it keeps; a
@@ -128,6 +132,24 @@ export interface Telemetry {
   incident(incident: { kind: string }): void;
   /** Counts the listener's accept failures and its time down. */
   listenerEvent(event: { kind: string; downMs?: number }): void;
+  /**
+   * Call right before `Deno.exit`: bounds the exit, whose last exports Deno 2.9.6 sometimes never
+   * finishes, to their own bound (3 x `OTEL_EXPORTER_OTLP_TIMEOUT`) and half a second
+   * (`exit_watchdog.ts`).
+   */
+  armExitWatchdog(): Promise<void>;
+}
+
+/** What the exit's watchdog allows beyond the exports' own bound, in ms. */
+export const EXIT_WATCHDOG_MARGIN_MS = 500;
+
+/** An environment variable, or undefined where it cannot be read (a compiled binary's list). */
+function readEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -142,6 +164,7 @@ export interface Telemetry {
  *   storeTimeoutMs: 100,
  *   syncTimeoutMs: 5000,
  *   paths: ["/"],
+ *   tracing: true,
  * });
  * const handler = telemetry.wrapHandler(() => new Response("ok"));
  * assert.equal(await (await handler(new Request("http://localhost/"), {})).text(), "ok");
@@ -153,10 +176,13 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
   const store = options.storeKind;
   const breaker = breakerInstruments(meter, store);
   const listener = listenerInstruments(meter);
+  // With tracing off (as documented) there is no span to name: nothing is added per request.
+  const tracing = options.tracing ?? otelSignals()?.traces ?? false;
   return {
-    wrapHandler: (handler) => routeNamingHandler(handler, new Set(options.paths)),
+    wrapHandler: (handler) =>
+      tracing ? routeNamingHandler(handler, new Set(options.paths)) : handler,
     wrapDecisions: (wrapped, controls) =>
-      decisionCounting(wrapped, meter, { store, breaker, controls }),
+      decisionCounting(wrapped, meter, { store, breaker, controls, tracing }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
     wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
@@ -167,6 +193,7 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       if (event.kind === "accept_failed") listener.failures.add(1);
       if (event.kind === "recovered") listener.down.add((event.downMs ?? 0) / 1000);
     },
+    armExitWatchdog: () => armExitWatchdog(exitFlushBoundMs(readEnv) + EXIT_WATCHDOG_MARGIN_MS),
   };
 }
 
@@ -224,7 +251,12 @@ function listenerInstruments(meter: Meter) {
 function decisionCounting(
   store: RateLimitStore & ObservableStore,
   meter: Meter,
-  options: { store: RateLimitStoreKind; breaker: unknown; controls?: DecisionControls | undefined },
+  options: {
+    store: RateLimitStoreKind;
+    breaker: unknown;
+    controls?: DecisionControls | undefined;
+    tracing: boolean;
+  },
 ): RateLimitStore {
   const decisions = meter.createCounter("ratelimit.decisions", {
     description:
@@ -250,6 +282,7 @@ function decisionCounting(
       ? attributes.admitted
       : attributes.limited;
     decisions.add(1, outcome);
+    if (!options.tracing) return decision;
     trace.getActiveSpan()?.setAttributes({
       "ratelimit.outcome": outcome["ratelimit.outcome"],
       "ratelimit.remaining": decision.remaining,

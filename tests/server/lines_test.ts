@@ -84,14 +84,19 @@ Deno.test({
   },
 });
 
-Deno.test("with OpenTelemetry: replace keeps events on stderr, capture is warned, and so is an unset service name", async () => {
+Deno.test("with OpenTelemetry: replace keeps events on stderr, capture is warned, and so are an unset service name and tracing left on by OTEL_DENO=true alone", async () => {
   // Nothing listens there: every export is refused at once, which costs nothing.
   const otel = {
     OTEL_DENO: "true",
     OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${freePort()}`,
     OTEL_EXPORTER_OTLP_TIMEOUT: "500",
   };
-  const replace = await linesOf({ ...otel, OTEL_DENO_CONSOLE: "replace", OTEL_SERVICE_NAME: "d" });
+  const replace = await linesOf({
+    ...otel,
+    OTEL_DENO_TRACING: "false",
+    OTEL_DENO_CONSOLE: "replace",
+    OTEL_SERVICE_NAME: "d",
+  });
   assert.deepEqual(parsed(replace.out).map((line) => line.path), ["/api/v1/platform"]);
   const events = parsed(replace.err).map((line) => line.message);
   assert.equal(events[0], "listening");
@@ -101,6 +106,7 @@ Deno.test("with OpenTelemetry: replace keeps events on stderr, capture is warned
   const capture = await linesOf(otel);
   const warnings = parsed(capture.err).filter((line) => line.level === "warn");
   assert.deepEqual(warnings.map((line) => String(line.message).split(" ")[0]), [
+    "OTEL_DENO_TRACING",
     "OTEL_DENO_CONSOLE",
     "OTEL_SERVICE_NAME",
   ]);

@@ -24,7 +24,8 @@ import {
   startRedis,
   waitForPort,
 } from "../_redis.ts";
-import { STOP_DEADLINE_MS } from "../../lib/server/listener.ts";
+import { DRAIN_MS, STOP_DEADLINE_MS } from "../../lib/server/listener.ts";
+import { EXIT_WATCHDOG_MARGIN_MS } from "../../lib/telemetry/otel.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 
@@ -32,10 +33,16 @@ const ROOT = new URL("../../", import.meta.url);
 const CALLER = "192.0.2.77";
 const OTHER = "198.51.100.23";
 
-/** The environment of a service exporting to `endpoint` in OTLP/HTTP JSON. */
+/**
+ * The environment of a service exporting to `endpoint` in OTLP/HTTP JSON as README documents it:
+ * metrics and log records, tracing off (`OTEL_DENO_TRACING=false`: a span per request costs Deno
+ * most of the hot caller's throughput, deploy/README.md "What it costs"), events on stderr too.
+ */
 function otelEnv(endpoint: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
     OTEL_DENO: "true",
+    OTEL_DENO_TRACING: "false",
+    OTEL_DENO_CONSOLE: "replace",
     OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
     OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
     OTEL_EXPORTER_OTLP_TIMEOUT: "500",
@@ -44,6 +51,15 @@ function otelEnv(endpoint: string, extra: Record<string, string> = {}): Record<s
     ...extra,
   };
 }
+
+/** The same with tracing on (`OTEL_DENO_TRACING=true`): a span per request. */
+function tracingEnv(endpoint: string, extra: Record<string, string> = {}): Record<string, string> {
+  return otelEnv(endpoint, { OTEL_DENO_TRACING: "true", ...extra });
+}
+
+/** A caller's trace context as it arrives in `traceparent` (W3C Trace Context), sampled. */
+const CALLER_TRACE = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7" };
+const TRACEPARENT = `00-${CALLER_TRACE.traceId}-${CALLER_TRACE.spanId}-01`;
 
 async function send(url: string, init: RequestInit & { caller: string }): Promise<number> {
   const headers = new Headers(init.headers);
@@ -105,12 +121,32 @@ function serverSpans(received: Received) {
   return received.spans.filter((span) => span.kind === 2);
 }
 
-Deno.test("OTel on: decisions by outcome, spans named after their route, events as log records, exported by the exit after SIGTERM, and no caller address anywhere", async () => {
+/** The total count of `http.server.request.duration` per `METHOD status` (the largest point of each). */
+function requestCounts(received: Received): Record<string, number> {
+  const result: Record<string, number> = {};
+  for (const point of pointsOf(received, "http.server.request.duration")) {
+    const key = `${attribute(point.attributes, "http.request.method")} ${
+      attribute(point.attributes, "http.response.status_code")
+    }`;
+    result[key] = Math.max(result[key] ?? 0, valueOf(point));
+  }
+  return result;
+}
+
+/** The log records' events, with their severity. */
+function loggedEvents(received: Received) {
+  return received.logs.map((log) => ({
+    severity: log.severityText,
+    event: JSON.parse(String(log.body?.stringValue)),
+  }));
+}
+
+Deno.test("OTel as README documents it (tracing off): decisions by outcome, Deno's HTTP metrics, events as log records, exported by the exit after SIGTERM, no span and no caller address anywhere", async () => {
   const receiver = startReceiver();
   let service: ServiceProcess | undefined;
   try {
     // The default export interval (60 s) is never reached: whatever arrives, the exit flushed.
-    service = await startService(otelEnv(receiver.endpoint), undefined, { stdoutEvents: true });
+    service = await startService(otelEnv(receiver.endpoint));
     await knownTraffic(service.url);
     await service.stop();
     const { received } = receiver;
@@ -119,37 +155,24 @@ Deno.test("OTel on: decisions by outcome, spans named after their route, events 
     const decisions = pointsOf(received, "ratelimit.decisions");
     assert.deepEqual(totals(decisions, "ratelimit.outcome"), { admitted: 62, limited: 10 });
     assert.ok(decisions.every((p) => attribute(p.attributes, "ratelimit.store") === "memory"));
+    assert.deepEqual(requestCounts(received), {
+      "GET 200": 60,
+      "GET 429": 10,
+      "OPTIONS 204": 1,
+      "GET 404": 1,
+      "HEAD 200": 1,
+    });
 
-    const names = serverSpans(received).map((span) => span.name);
-    assert.equal(names.filter((name) => name === "GET /api/v1/platform").length, 70);
-    for (const name of ["OPTIONS /api/v1/platform", "GET /*", "HEAD /api/v1/platform"]) {
-      assert.ok(names.includes(name), `${name} in ${[...new Set(names)]}`);
-    }
-    for (const span of serverSpans(received)) {
-      assert.equal(span.name.split(" ")[1], attribute(span.attributes, "http.route"));
-    }
-    const limited = serverSpans(received).find((span) =>
-      attribute(span.attributes, "ratelimit.outcome") === "limited"
-    );
-    assert.equal(attribute(limited?.attributes, "ratelimit.remaining"), 0);
-
-    // The runtime's duration metric is split by route too.
-    const routes = new Set(
-      pointsOf(received, "http.server.request.duration").map((p) =>
-        attribute(p.attributes, "http.route")
-      ),
-    );
-    assert.deepEqual([...routes].sort(), ["/*", "/api/v1/platform"]);
-
-    const logs = received.logs.map((log) => ({
-      severity: log.severityText,
-      event: JSON.parse(String(log.body?.stringValue)),
-    }));
+    const logs = loggedEvents(received);
     for (const message of ["listening", "shutting down: finishing requests in flight", "stopped"]) {
       const record = logs.find((log) => log.event.message === message);
       assert.equal(record?.severity, "INFO", message);
     }
+    // Under OTEL_DENO_CONSOLE=replace the service writes each event on stderr itself too.
+    assert.ok(service.events.some((event) => event.message === "listening"));
 
+    assert.equal(received.spans.length, 0, "no span with tracing off");
+    assert.equal(received.requests.get("/v1/traces"), undefined);
     const all = everything(received);
     for (const address of [CALLER, OTHER, "192.0.2.0", "198.51.100.0"]) {
       assert.ok(!all.includes(address), `${address} is in an export`);
@@ -205,9 +228,54 @@ Deno.test("OTel on, RATE_LIMIT_MODE=report and an exempt range: would-be refusal
   }
 });
 
+Deno.test("OTel with tracing on: spans named after their route, the route on Deno's duration metric, and a caller's traceparent continued", async () => {
+  const receiver = startReceiver();
+  let service: ServiceProcess | undefined;
+  try {
+    service = await startService(tracingEnv(receiver.endpoint));
+    await knownTraffic(service.url);
+    const traced = await send(`${service.url}/api/v1/platform`, {
+      caller: OTHER,
+      headers: { traceparent: TRACEPARENT },
+    });
+    assert.equal(traced, 200);
+    await service.stop();
+    const { received } = receiver;
+    await until(() => serverSpans(received).length >= 74, "the spans");
+
+    const names = serverSpans(received).map((span) => span.name);
+    assert.equal(names.filter((name) => name === "GET /api/v1/platform").length, 71);
+    for (const name of ["OPTIONS /api/v1/platform", "GET /*", "HEAD /api/v1/platform"]) {
+      assert.ok(names.includes(name), `${name} in ${[...new Set(names)]}`);
+    }
+    for (const span of serverSpans(received)) {
+      assert.equal(span.name.split(" ")[1], attribute(span.attributes, "http.route"));
+    }
+    const limited = serverSpans(received).find((span) =>
+      attribute(span.attributes, "ratelimit.outcome") === "limited"
+    );
+    assert.equal(attribute(limited?.attributes, "ratelimit.remaining"), 0);
+    // The caller's trace goes on: the request's span is the child of the caller's.
+    const continued = serverSpans(received).filter((span) => span.traceId === CALLER_TRACE.traceId);
+    assert.deepEqual(continued.map((span) => span.parentSpanId), [CALLER_TRACE.spanId]);
+
+    // The runtime's duration metric is split by route too.
+    const routes = new Set(
+      pointsOf(received, "http.server.request.duration").map((p) =>
+        attribute(p.attributes, "http.route")
+      ),
+    );
+    assert.deepEqual([...routes].sort(), ["/*", "/api/v1/platform"]);
+    assert.ok(!everything(received).includes(CALLER));
+  } finally {
+    await service?.stop();
+    await receiver.close();
+  }
+});
+
 Deno.test({
   name:
-    "OTel on, Redis exact: every store call is timed by operation and outcome, as a child span of its request; the breaker's state is observed",
+    "OTel with tracing on, Redis exact: every store call is timed by operation and outcome, as a child span of its request (in the caller's trace when it sent one); the breaker's state is observed",
   ignore: redisUnavailableReason() !== undefined,
   async fn() {
     const redis = await startRedis();
@@ -215,15 +283,22 @@ Deno.test({
     let service: ServiceProcess | undefined;
     try {
       service = await startService(
-        otelEnv(receiver.endpoint, {
+        tracingEnv(receiver.endpoint, {
           RATE_LIMIT_STORE: "redis",
           REDIS_URL: redis.url,
+          // Every call "ok": none near the timeout on a busy machine (see the outage tests below).
+          RATE_LIMIT_STORE_TIMEOUT_MS: "1000",
           OTEL_METRIC_EXPORT_INTERVAL: "300",
         }),
         undefined,
         { stdoutEvents: true },
       );
       await knownTraffic(service.url);
+      const traced = await send(`${service.url}/api/v1/platform`, {
+        caller: OTHER,
+        headers: { traceparent: TRACEPARENT },
+      });
+      assert.equal(traced, 200);
       const { received } = receiver;
       await until(() => pointsOf(received, "ratelimit.breaker.state").length > 0, "breaker state");
       await service.stop();
@@ -233,22 +308,26 @@ Deno.test({
         calls.filter((p) => attribute(p.attributes, "ratelimit.operation") === "hit"),
         "ratelimit.store.outcome",
       );
-      // 62 admitted and the first refusal; the 9 refusals after it are answered from memory.
-      assert.deepEqual(hits, { ok: 63 });
+      // 63 admitted and the first refusal; the 9 refusals after it are answered from memory.
+      assert.deepEqual(hits, { ok: 64 });
       const peeks = calls.filter((p) => attribute(p.attributes, "ratelimit.operation") === "peek");
       // The preflight of the known traffic is answered from local state: no store call (issue 31).
       assert.equal(peeks.reduce((sum, point) => sum + valueOf(point), 0), 0);
       assert.deepEqual(
         totals(pointsOf(received, "ratelimit.decisions"), "ratelimit.outcome"),
-        { admitted: 62, limited: 10 },
+        { admitted: 63, limited: 10 },
       );
 
       const servers = new Map(serverSpans(received).map((span) => [span.spanId, span]));
       const children = received.spans.filter((span) => span.name === "ratelimit.store hit");
-      assert.equal(children.length, 63);
+      assert.equal(children.length, 64);
       for (const child of children) {
         assert.ok(servers.has(child.parentSpanId ?? ""), "a store call is its request's child");
       }
+      // The store call of the request that came with a traceparent is in the caller's trace.
+      const inTrace = children.filter((child) => child.traceId === CALLER_TRACE.traceId);
+      assert.equal(inTrace.length, 1);
+      assert.equal(servers.get(inTrace[0]!.parentSpanId ?? "")?.parentSpanId, CALLER_TRACE.spanId);
 
       const state = pointsOf(received, "ratelimit.breaker.state").filter((p) => valueOf(p) === 1);
       assert.ok(
@@ -300,6 +379,9 @@ for (const policy of ["open", "closed"] as const) {
             RATE_LIMIT_STORE: "redis",
             REDIS_URL: redis.url,
             RATE_LIMIT_ON_STORE_ERROR: policy,
+            // A call is recorded as a timeout when it took the store timeout or longer: 100 ms (the
+            // default) was once reached by a call the guard still took in time, on a busy machine.
+            RATE_LIMIT_STORE_TIMEOUT_MS: "1000",
             OTEL_METRIC_EXPORT_INTERVAL: "300",
           }),
           undefined,
@@ -383,7 +465,7 @@ for (const policy of ["open", "closed"] as const) {
   });
 }
 
-Deno.test("OTel on with the default http/protobuf: metrics, spans and logs arrive (counted, not decoded)", async () => {
+Deno.test("OTel as documented with the default http/protobuf: metrics and logs arrive (counted, not decoded), no traces", async () => {
   const receiver = startReceiver();
   let service: ServiceProcess | undefined;
   try {
@@ -394,10 +476,11 @@ Deno.test("OTel on with the default http/protobuf: metrics, spans and logs arriv
       assert.equal(await send(`${service.url}/api/v1/platform`, { caller: CALLER }), 200);
     }
     await service.stop();
-    for (const path of ["/v1/metrics", "/v1/traces", "/v1/logs"]) {
+    for (const path of ["/v1/metrics", "/v1/logs"]) {
       const seen = receiver.received.requests.get(path);
       assert.ok(seen !== undefined && seen.count > 0 && seen.bytes > 0, `nothing on ${path}`);
     }
+    assert.equal(receiver.received.requests.get("/v1/traces"), undefined, "tracing is off");
     assert.deepEqual(receiver.received.bodies, [], "protobuf, not JSON");
   } finally {
     await service?.stop();
@@ -405,27 +488,44 @@ Deno.test("OTel on with the default http/protobuf: metrics, spans and logs arriv
   }
 });
 
-/** Sends 20 requests 25 ms apart and answers the slowest's time, in ms. */
-async function slowestOf20(url: string): Promise<number> {
-  let worst = 0;
+/**
+ * Sends 20 requests 25 ms apart and answers the median time, in ms. An export on the request path
+ * (each bounded by a timeout of 500 ms, every 100 ms) would slow most of them; one slow request is
+ * the machine's (the slowest of 20 once took 900 ms on a machine shared with the parallel suite).
+ */
+async function medianOf20(url: string): Promise<number> {
+  const times: number[] = [];
   for (let i = 0; i < 20; i++) {
     const started = performance.now();
     await send(`${url}/api/v1/platform`, { caller: CALLER });
-    worst = Math.max(worst, performance.now() - started);
+    times.push(performance.now() - started);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-  return worst;
+  return times.sort((a, b) => a - b)[10]!;
 }
 
-// A collector that accepts and never answers, while periodic exports are failing, held Deno 2.9.6's
-// exit until it was killed (tried with export intervals of 100 ms to 1 s; deploy/README.md,
-// "Observability"): that case is left to the supervisor's kill, and not tested here.
+// A collector that accepts and never answers, while periodic exports are failing, holds Deno 2.9.6's
+// exit now and then until it is killed (deploy/README.md, "Shutdown"): the service's watchdog
+// (lib/telemetry/exit_watchdog.ts) then kills the process itself, saying so, once the exports' own
+// bound (3 x 500 ms) and its margin are over.
 const COLLECTORS = [
-  { name: "down (nothing listens)", delayMs: undefined, interval: "100" },
-  { name: "slow (never answers)", delayMs: 60_000, interval: "60000" },
+  {
+    name: "down (nothing listens)",
+    delayMs: undefined,
+    interval: "100",
+    limitMs: STOP_DEADLINE_MS,
+  },
+  { name: "slow (never answers)", delayMs: 60_000, interval: "60000", limitMs: STOP_DEADLINE_MS },
+  {
+    name: "slow (never answers) while periodic exports time out",
+    delayMs: 60_000,
+    interval: "100",
+    // The drain, the exports' bound and the watchdog's margin, and a second for a busy machine.
+    limitMs: DRAIN_MS + 3 * 500 + EXIT_WATCHDOG_MARGIN_MS + 1000,
+  },
 ];
 for (const collector of COLLECTORS) {
-  Deno.test(`OTel on, a collector that is ${collector.name}: requests are not slowed, and the exit with its last exports ends within the shutdown deadline`, async () => {
+  Deno.test(`OTel on, a collector that is ${collector.name}: requests are not slowed, and the exit with its last exports ends within its bound`, async () => {
     const receiver = startReceiver({
       ...(collector.delayMs ? { delayMs: collector.delayMs } : {}),
     });
@@ -435,21 +535,26 @@ for (const collector of COLLECTORS) {
     try {
       service = await startService(
         otelEnv(endpoint, { OTEL_METRIC_EXPORT_INTERVAL: collector.interval }),
-        undefined,
-        { stdoutEvents: true },
       );
-      const slowest = await slowestOf20(service.url);
-      assert.ok(slowest < 250, `a request took ${slowest} ms while exports failed`);
+      const median = await medianOf20(service.url);
+      assert.ok(median < 100, `the median request took ${median} ms while exports failed`);
       const started = performance.now();
       await service.stop();
       const exitMs = performance.now() - started;
-      assert.ok(exitMs < STOP_DEADLINE_MS, `exit took ${exitMs} ms`);
+      assert.ok(exitMs < collector.limitMs, `exit took ${exitMs} ms`);
+      // Either the exit ended by itself, or the watchdog ended it and said why.
+      const code = await service.exited;
+      const last = String(service.events.at(-1)?.message);
+      assert.ok(
+        code === 0 || (code === 137 && last.startsWith("the exit's last OpenTelemetry exports")),
+        `exit code ${code} after ${last}`,
+      );
       assert.ok(
         !service.events.some((e) => String(e.message).startsWith("OTEL_EXPORTER_OTLP_TIMEOUT")),
         "no warning when the timeout is bounded",
       );
       if (collector.delayMs !== undefined) {
-        assert.ok(receiver.received.requests.size > 0, "the exports were sent at exit");
+        assert.ok(receiver.received.requests.size > 0, "the exports were sent");
       }
     } finally {
       await service?.stop();
@@ -498,7 +603,8 @@ Deno.test("@opentelemetry/api is not loaded with OTEL_DENO unset, and is with OT
   const receiver = startReceiver();
   try {
     for (const on of [false, true]) {
-      const env = on ? otelEnv(receiver.endpoint) : {};
+      // Under capture, the tripwire's console.error is printed on stderr as well as exported.
+      const env = on ? otelEnv(receiver.endpoint, { OTEL_DENO_CONSOLE: "capture" }) : {};
       const service = await startService(env, undefined, { copy, stdoutEvents: on });
       try {
         assert.equal(await send(`${service.url}/api/v1/platform`, { caller: CALLER }), 200);

@@ -242,15 +242,18 @@ Deno.test("workerd: two workerd processes on one storage folder do not share obj
 });
 
 Deno.test("workerd: the idle sweep set before a restart of workerd runs after it: it keeps a caller counted since", async () => {
+  // The restart must end before the caller is idle (1.5 idle periods after its first request): an
+  // idle period of 1 s left 0.5 s for it, which a busy machine once overran (the caller was gone).
+  const idleMs = 4_000;
   await withFolder(async (persist) => {
-    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1, idleMs: 1_000 });
+    const start = () => startLimiterWorkerd({ script, persist, windowSeconds: 1, idleMs });
     const usageOf = (url: URL) => getJson<ObjectUsage>(url, "/usage?name=192.0.2.5");
     let workerd: Workerd | undefined = await start();
     try {
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       const { alarm } = await usageOf(workerd.urls[0]!);
-      // A second request half a second later: the caller is kept until a second after it.
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // A second request half an idle period later: the caller is kept until one after it.
+      await new Promise((resolve) => setTimeout(resolve, idleMs / 2));
       await getJson<HitReport>(workerd.urls[0]!, "/hit?key=192.0.2.5");
       await workerd.dispose();
       workerd = undefined;
@@ -258,7 +261,7 @@ Deno.test("workerd: the idle sweep set before a restart of workerd runs after it
       const [url] = workerd.urls;
       // The restarted object has had no call: only its stored logs tell the alarm what is idle.
       const waitFor = async (done: (usage: ObjectUsage) => boolean) => {
-        const deadline = Date.now() + 15_000;
+        const deadline = Date.now() + 3 * idleMs + 3_000;
         let usage = await usageOf(url!);
         while (!done(usage) && Date.now() < deadline) {
           await new Promise((resolve) => setTimeout(resolve, 50));

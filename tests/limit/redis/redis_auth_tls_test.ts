@@ -79,9 +79,12 @@ async function assertCredentialsAndTls(
   } finally {
     await Promise.all(instances.map((instance) => instance.stop()));
   }
-  // A wrong password is the operator's mistake, not an outage: start-up ends naming it.
+  // A wrong password is the operator's mistake, not an outage: start-up ends naming it. Start-up
+  // waits for Redis's first answer at most the store timeout (1.5 s above) and then serves as in an
+  // outage: the refusal is given 10 s to arrive (a busy machine once took longer than 1.5 s for the
+  // TLS handshake and AUTH of a fresh process, and the service listened).
   await assert.rejects(
-    service(wrongEnv, tls),
+    service({ ...wrongEnv, RATE_LIMIT_STORE_TIMEOUT_MS: "10000" }, tls),
     /exited with 1 before listening:\n.*Redis refused the user name or password in REDIS_URL \(WRONGPASS\)/,
   );
 }
