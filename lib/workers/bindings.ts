@@ -114,7 +114,7 @@ export function workerConfig(bindings: Bindings): WorkerConfigResult {
   // loadConfig reads it (trimmed, case ignored), so `Memory` is memory and `KV` is kv.
   const chosen = env("RATE_LIMIT_STORE")?.trim().toLowerCase() ?? "";
   const store: WorkerStoreKind = chosen === "memory" ? "memory" : "durable-object";
-  if (chosen === "kv" || chosen === "redis") {
+  if (chosen === "kv" || chosen === "redis" || chosen === "sqlite") {
     errors.push(
       `RATE_LIMIT_STORE=${chosen} is not available on Workers: leave it unset to keep the limit in the Durable Object bound as ${RATE_LIMITER_BINDING} (wrangler.json), or set memory for a per-isolate limit`,
     );

@@ -86,21 +86,24 @@ export function createWorker(
 }
 
 /**
- * The caller's address as Cloudflare gives it: `CF-Connecting-IPv6` when it is an IPv6 address
- * (Pseudo IPv4 set to overwrite), else `CF-Connecting-IP`; none without either or with a value that
- * is no IP address (Cloudflare always sets one; a hostile value reaches here only locally, and must
- * not become a caller key of its own).
+ * The caller's address as Cloudflare gives it: `CF-Connecting-IP`, or `CF-Connecting-IPv6` when
+ * `CF-Connecting-IP` is a Pseudo IPv4 address (240.0.0.0/4, class E: the zone's Pseudo IPv4 set to
+ * overwrite, which hashes an IPv6 caller into that range and sends its real address beside it). Only
+ * then: with Pseudo IPv4 off, Cloudflare does not set `CF-Connecting-IPv6` and a client could send
+ * its own, a new caller key for every request. None without an address or with a value that is no
+ * IP address (Cloudflare always sets one; a hostile value reaches here only locally, and must not
+ * become a caller key of its own).
  */
 export function peerOf(request: Request): PeerInfo {
   const headers = request.headers;
-  const v6 = headers.get("cf-connecting-ipv6");
-  if (v6 !== null && parseIp(v6)?.length === 16) return { remoteAddr: { hostname: v6 } };
   const address = headers.get("cf-connecting-ip");
-  return {
-    remoteAddr: address !== null && parseIp(address) !== undefined
-      ? { hostname: address }
-      : { transport: "none" },
-  };
+  const ip = address === null ? undefined : parseIp(address);
+  if (ip === undefined) return { remoteAddr: { transport: "none" } };
+  if (ip.length === 4 && ip[0]! >= 240) {
+    const v6 = headers.get("cf-connecting-ipv6");
+    if (v6 !== null && parseIp(v6)?.length === 16) return { remoteAddr: { hostname: v6 } };
+  }
+  return { remoteAddr: { hostname: address! } };
 }
 
 /** Configures the isolate at its first request from its bindings: the handler, or the problems logged once. */

@@ -121,7 +121,7 @@ Deno.test("peerOf() takes CF-Connecting-IP only when it is an IP address", () =>
   assert.deepEqual(peer("203.0.113.7, 198.51.100.1"), { transport: "none" });
 });
 
-Deno.test("peerOf() prefers CF-Connecting-IPv6 (Pseudo IPv4 set to overwrite) when it is an IPv6 address", () => {
+Deno.test("peerOf() takes CF-Connecting-IPv6 only beside a Pseudo IPv4 address (240.0.0.0/4), when it is an IPv6 address", () => {
   const peer = (headers: Record<string, string>) =>
     peerOf(new Request(ORIGIN, { headers })).remoteAddr;
   const pseudo = "240.1.2.3";
@@ -134,6 +134,21 @@ Deno.test("peerOf() prefers CF-Connecting-IPv6 (Pseudo IPv4 set to overwrite) wh
   assert.deepEqual(peer({ "cf-connecting-ip": pseudo, "cf-connecting-ipv6": "garbage" }), {
     hostname: pseudo,
   });
+  // A real IPv4 caller (Pseudo IPv4 off, the default: Cloudflare sets no CF-Connecting-IPv6) cannot
+  // pick a key of its own by sending one: a new /64 per request would never be limited.
+  assert.deepEqual(
+    peer({ "cf-connecting-ip": "198.51.100.7", "cf-connecting-ipv6": "2001:db8::1" }),
+    {
+      hostname: "198.51.100.7",
+    },
+  );
+  assert.deepEqual(
+    peer({ "cf-connecting-ip": "2001:db8::9", "cf-connecting-ipv6": "2001:db8::1" }),
+    {
+      hostname: "2001:db8::9",
+    },
+  );
+  assert.deepEqual(peer({ "cf-connecting-ipv6": "2001:db8::1" }), { transport: "none" });
 });
 
 Deno.test("a hostile CF-Connecting-IP shares the no-address budget instead of getting one of its own", async () => {
@@ -149,4 +164,21 @@ Deno.test("a hostile CF-Connecting-IP shares the no-address budget instead of ge
     remaining.push(response.headers.get("ratelimit-remaining")!);
   }
   assert.deepEqual(remaining, ["59", "58", "57"]);
+});
+
+Deno.test("workerConfig() refuses by name every store a Worker cannot open (kv, redis, sqlite) rather than keep the limit in the Durable Object unsaid", () => {
+  const cases = [
+    { RATE_LIMIT_STORE: "kv", KV_PATH: "/tmp/limits.sqlite3" },
+    { RATE_LIMIT_STORE: "Redis", REDIS_URL: "redis://127.0.0.1:6379" },
+    { RATE_LIMIT_STORE: "sqlite", SQLITE_PATH: "/tmp/hits.sqlite3" },
+  ];
+  for (const vars of cases) {
+    const found = problems({ ...BASE, RATE_LIMITER: {}, ...vars });
+    const name = vars.RATE_LIMIT_STORE.toLowerCase();
+    assert.ok(
+      found.some((p) => p.startsWith(`RATE_LIMIT_STORE=${name} is not available on Workers`)),
+      `${name}: ${JSON.stringify(found)}`,
+    );
+  }
+  assert.deepEqual(problems({ ...BASE, RATE_LIMITER: {}, RATE_LIMIT_STORE: "Memory" }), []);
 });
