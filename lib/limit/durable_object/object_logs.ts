@@ -179,12 +179,16 @@ export class CallerLogs {
     } else {
       this.#timestamps -= log.length;
       log = live(log, now - IDLE_AFTER_MS);
-      // Only when the limit was lowered under a live object: keep the newest `limit`.
-      if (log.length > policy.limit) log = log.slice(log.length - policy.limit);
     }
-    const first = firstLive(log, now - policy.windowMs);
-    const decision = decide(log.length - first, log[first], now, policy);
+    // A limit lower than the log (lowered, or an isolate still on the lower one during a gradual
+    // deploy) decides on the newest `limit` hits; a refusal keeps the rest, which an isolate on the
+    // higher limit still counts. Admitted, fewer than `limit` of them are in the window, so what is
+    // older is out of it too, and only the newest `limit` are kept.
+    const view = log.length > policy.limit ? log.slice(log.length - policy.limit) : log;
+    const first = firstLive(view, now - policy.windowMs);
+    const decision = decide(view.length - first, view[first], now, policy);
     if (decision.allowed) {
+      log = view;
       insertInOrder(log, now);
       // Admitted under the limit, so the oldest is out of the window: the newest `limit` stay.
       if (log.length > policy.limit) log.shift();

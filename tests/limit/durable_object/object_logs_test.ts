@@ -142,8 +142,26 @@ Deno.test("a limit lowered under a live object keeps the newest timestamps of th
   // Refused, and reset counts from the oldest of the two kept (T0 + 3 s): 58 s.
   assert.deepEqual(decision, { allowed: false, remaining: 0, resetSeconds: 58 });
   assert.deepEqual(changes, []);
-  assert.equal(logs.timestamps, 2);
+  // The refusal keeps the older three: an isolate still on the higher limit counts them.
+  assert.equal(logs.timestamps, 5);
   assert.equal(logs.hit("192.0.2.1", T0 + 63_001, lowered).decision.allowed, true);
+  assert.equal(logs.timestamps, 2);
+});
+
+Deno.test("during a gradual deploy that raises the limit, a refusal by an isolate still on the lower one hands out no quota", () => {
+  const logs = new CallerLogs();
+  const raised = { limit: 100, windowMs: 60_000 };
+  const old = { limit: 60, windowMs: 60_000 };
+  let admitted = 0;
+  for (let i = 0; i < 100; i++) {
+    if (logs.hit("192.0.2.1", T0 + i, raised).decision.allowed) admitted++;
+  }
+  assert.equal(logs.hit("192.0.2.1", T0 + 100, old).decision.allowed, false);
+  for (let i = 0; i < 100; i++) {
+    if (logs.hit("192.0.2.1", T0 + 200 + i, raised).decision.allowed) admitted++;
+  }
+  // Every request within one window: the raised limit's 100, not 140.
+  assert.equal(admitted, 100);
 });
 
 Deno.test("sweep() forgets callers with nothing left in the window and says when the next becomes idle", () => {
