@@ -18,7 +18,7 @@ import type { RateLimitStore } from "./lib/limit/core/decision.ts";
 import type { Content } from "./lib/pages/content.ts";
 import { buildAnswers } from "./lib/respond/paths.ts";
 import { configure } from "./lib/server/configure.ts";
-import { errorFields, event, onStartupRejection } from "./lib/server/events.ts";
+import { errorFields, event, onFatalExit, onStartupRejection } from "./lib/server/events.ts";
 import { runtimeListening, serve } from "./lib/server/serve.ts";
 import { DRAIN_MS, STOP_DEADLINE_MS } from "./lib/server/listener.ts";
 import { openStore } from "./lib/server/store.ts";
@@ -105,6 +105,7 @@ globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
 const { config, content, onDeploy } = await configure(readEnv);
 const telemetry = await startTelemetry(config, content, onDeploy);
+if (telemetry) onFatalExit(() => telemetry.armExitWatchdog());
 const store = await openStore(config, { telemetry, onDeploy });
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))

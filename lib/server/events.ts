@@ -50,9 +50,23 @@ export function errorFields(error: unknown): Record<string, unknown> {
   };
 }
 
+/**
+ * A start-up failure's text, where an event goes (ROUTE): under `OTEL_DENO_CONSOLE=replace`,
+ * `console.error` only exports, and an exit whose exports hang would lose the sentence, so it is
+ * written on stderr too, whole, before the exit.
+ */
+function sayFatal(text: string): void {
+  if (ROUTE.console) console.error(text);
+  if (!ROUTE.stderr) return;
+  const bytes = ENCODER.encode(`${text}\n`);
+  for (let written = 0; written < bytes.length;) {
+    written += Deno.stderr.writeSync(bytes.subarray(written));
+  }
+}
+
 /** Prints the configuration's problems, one sentence each, and exits 1. */
 export function fatal(errors: string[]): never {
-  console.error(formatConfigErrors(errors));
+  sayFatal(formatConfigErrors(errors));
   Deno.exit(1);
 }
 
@@ -65,8 +79,21 @@ export async function fatalExplained(
   explain: (startup: typeof import("./startup.ts")) => string,
 ): Promise<never> {
   // A store's or the runtime's own message may quote KV_PATH or REDIS_URL whole.
-  console.error(redactSecrets(explain(await import("./startup.ts"))));
+  sayFatal(redactSecrets(explain(await import("./startup.ts"))));
+  await beforeFatalExit?.();
   Deno.exit(1);
+}
+
+/** What a start-up failure awaits before its exit, once telemetry is on (its exit watchdog). */
+let beforeFatalExit: (() => Promise<void>) | undefined;
+
+/**
+ * Sets what {@linkcode fatalExplained} awaits before it exits: with OpenTelemetry on, the exit
+ * flushes the exporters and can hang like a stop's (lib/telemetry/exit_watchdog.ts), so a start-up
+ * failure after telemetry is loaded arms the same bound.
+ */
+export function onFatalExit(hook: () => Promise<void>): void {
+  beforeFatalExit = hook;
 }
 
 /** Anything thrown while starting that no check explains still ends in one sentence. */

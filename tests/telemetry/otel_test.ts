@@ -563,6 +563,61 @@ for (const collector of COLLECTORS) {
   });
 }
 
+Deno.test("OTel on, a collector that never answers while exports time out: a start-up failure (KV_PATH in no folder) ends in its sentence within the exit's bound", async () => {
+  const receiver = startReceiver({ delayMs: 60_000 });
+  try {
+    const dir = await Deno.makeTempDir();
+    const started = performance.now();
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--config",
+        new URL("deno.json", ROOT).pathname,
+        "--unstable-net",
+        "--allow-net",
+        "--allow-read",
+        "--allow-write",
+        "--allow-env",
+        new URL("main.ts", ROOT).pathname,
+        "--listen",
+      ],
+      env: {
+        PORT: "0",
+        HOSTNAME: "127.0.0.1",
+        PUBLIC_BASE_URL: "http://127.0.0.1",
+        NO_COLOR: "1",
+        ...otelEnv(receiver.endpoint, {
+          OTEL_METRIC_EXPORT_INTERVAL: "100",
+          RATE_LIMIT_STORE: "kv",
+          KV_PATH: `${dir}/no-such-folder/limits.sqlite3`,
+        }),
+      },
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    // Unbounded, the exit would be killed here, and the bound below fails.
+    const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+    const [stderr, status] = await Promise.all([new Response(child.stderr).text(), child.status]);
+    clearTimeout(killer);
+    const exitMs = performance.now() - started;
+    await Deno.remove(dir, { recursive: true });
+    assert.match(stderr, /KV_PATH/);
+    assert.ok(
+      status.code === 1 ||
+        (status.code === 137 && stderr.includes("the exit's last OpenTelemetry exports")),
+      `exit ${status.code}: ${stderr}`,
+    );
+    // Start-up itself (a busy machine), the exports' bound (3 x 500 ms) and the watchdog's margin.
+    assert.ok(
+      exitMs < 5_000 + 3 * 500 + EXIT_WATCHDOG_MARGIN_MS,
+      `the failed start took ${exitMs} ms`,
+    );
+  } finally {
+    await receiver.close();
+  }
+});
+
 Deno.test("OTel on without OTEL_EXPORTER_OTLP_TIMEOUT: start-up warns that a slow collector could hold the exit", async () => {
   const receiver = startReceiver();
   let service: ServiceProcess | undefined;
