@@ -391,7 +391,11 @@ class Connection implements RedisStoreClient {
     const emitter = this.#client as unknown as { on(event: string, f: (e: Error) => void): void };
     emitter.on("error", this.#onError);
     emitter.on("ready", this.#onAccepted);
-    if (target.type === "cluster") emitter.on("node-error", this.#onError);
+    if (target.type === "cluster") {
+      emitter.on("node-error", this.#onError);
+      // A cluster emits no "ready" of its own after a node reconnects: its nodes' tell.
+      emitter.on("node-ready", this.#onAccepted);
+    }
     this.#connected = this.#connect(this.#client);
   }
 
