@@ -28,7 +28,7 @@ export function storeEventOptions(
   onReported?: (reported: { kind: string }) => void,
 ): Pick<
   OpenStoreOptions,
-  "onCapacity" | "onIncident" | "onClockOffset" | "onSyncIncident"
+  "onCapacity" | "onIncident" | "onClockOffset" | "onSyncIncident" | "onStoreRefusedCredentials"
 > {
   const incidents = (started: string, ended: string) => (reported: { kind: string }) => {
     onReported?.(reported);
@@ -65,6 +65,13 @@ export function storeEventOptions(
         } the rate-limit store's (Deno KV: another instance's stamps): fix its time synchronisation (NTP); Redis keeps the limit by its own clock, Deno KV cannot (lib/limit/README.md, "Which clock decides")`,
         { offsetMs },
       ),
+    // The operator's mistake, named at once (as start-up does), not left to pass for an outage.
+    onStoreRefusedCredentials: (refused) =>
+      refused === undefined
+        ? event("info", "Redis accepts the credentials in REDIS_URL again", {
+          store: config.rateLimitStore,
+        })
+        : event("error", redactSecrets(refused), { store: config.rateLimitStore }),
     onSyncIncident: incidents(
       "rate-limit sync failing: each instance limits by its own log meanwhile",
       "rate-limit sync recovered: the instances' counts are reconciled",

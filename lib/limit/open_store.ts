@@ -74,6 +74,12 @@ export interface OpenStoreOptions {
    * (Deno KV: behind another instance's stamps), with the offset in ms (`clock/store_clock.ts`).
    */
   onClockOffset?: (offsetMs: number) => void;
+  /**
+   * Called when Redis starts refusing `REDIS_URL`'s credentials after start-up (a refusal at start
+   * ends it instead), with the sentence naming them, and with undefined when it accepts them again:
+   * once per change, whatever the reconnection attempts between (`redis/redis_client.ts`).
+   */
+  onStoreRefusedCredentials?: (refused: string | undefined) => void;
 }
 
 /**
@@ -210,6 +216,7 @@ async function redisExact(config: StoreSettings, options: OpenStoreOptions): Pro
   const store = await openRedisStore(redisTargetOf(config), policyOf(config), {
     connectWaitMs: Math.max(config.rateLimitStoreTimeoutMs, MIN_REDIS_CONNECT_WAIT_MS),
     storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+    ...onCredentialsOf(options),
     // One sample per interval is plenty: the rest of the replies cost nothing.
     onServerTime: (serverMs, sent, received) => {
       if (sent - sampled < CLOCK_INTERVAL_MS) return;
@@ -336,12 +343,21 @@ async function redisHitLog(
   const client = await openRedisStoreClient(redisTargetOf(config), {
     connectWaitMs,
     storeTimeoutMs: config.rateLimitStoreTimeoutMs,
+    ...onCredentialsOf(options),
   });
   const log = new RedisHitLog(client, policyOf(config).windowMs, { instance, ownsClient: true });
   const key = logKey(client.type, "rate_limit:", CLOCK_KEY);
   const clock = new StoreClock({ read: () => client.time(key), ...onOffsetOf(options) });
   await clock.firstSample(connectWaitMs);
   return { log, clock, offsetFromPeers: false };
+}
+
+/** The report of Redis refusing the credentials after start-up, when the caller asked for it. */
+function onCredentialsOf(
+  options: OpenStoreOptions,
+): { onCredentials?: (refused: string | undefined) => void } {
+  const report = options.onStoreRefusedCredentials;
+  return report ? { onCredentials: report } : {};
 }
 
 /** The clock's offset report, when the caller asked for it. */

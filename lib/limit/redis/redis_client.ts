@@ -207,6 +207,13 @@ export interface RedisClientOptions {
    * presumed dead after `max(storeTimeoutMs, SILENT_CONNECTION_MS)` of silence with a call waiting.
    */
   storeTimeoutMs?: number;
+  /**
+   * Told when the server starts refusing the connection's credentials (the sentence of
+   * {@linkcode credentialsProblem}) and when it accepts them again (undefined): once per change,
+   * not once per reconnection attempt. {@linkcode openRedisStoreClient} tells only the changes
+   * after its start-up check, which ends start-up on a refusal itself.
+   */
+  onCredentials?: (refused: string | undefined) => void;
 }
 
 /** What every client of the three kinds offers that this module uses. */
@@ -327,6 +334,8 @@ class Connection implements RedisStoreClient {
   #client!: ScriptClient;
   #cluster: ReturnType<typeof clusterClient> | undefined;
   readonly #onError: (error: Error) => void;
+  /** Forgets a refusal once connected (and tells `onCredentials` so). */
+  readonly #onAccepted: () => void;
   #connected!: Promise<void>;
   #problem: string | undefined;
   /** The credentials the server refused at the last connection attempt, as a sentence. */
@@ -343,11 +352,18 @@ class Connection implements RedisStoreClient {
     this.type = target.type;
     this.#target = target;
     this.#silentMs = Math.max(options.storeTimeoutMs ?? 0, SILENT_CONNECTION_MS);
+    this.#onAccepted = () => {
+      if (this.#refused === undefined) return;
+      this.#refused = undefined;
+      options.onCredentials?.(undefined);
+    };
     this.#onError = (error) => {
       if (target.type === "cluster" && /cluster support disabled/i.test(error.message)) {
         this.#problem = CLUSTER_AT_SINGLE;
       }
-      this.#refused = credentialsProblem(error) ?? this.#refused;
+      const refused = credentialsProblem(error);
+      if (refused !== undefined && this.#refused === undefined) options.onCredentials?.(refused);
+      this.#refused = refused ?? this.#refused;
       options.onError?.(error);
     };
     this.#open();
@@ -374,8 +390,12 @@ class Connection implements RedisStoreClient {
     // An unhandled "error" event would end the process; the guard reports outages once per incident.
     const emitter = this.#client as unknown as { on(event: string, f: (e: Error) => void): void };
     emitter.on("error", this.#onError);
-    emitter.on("ready", () => this.#refused = undefined);
-    if (target.type === "cluster") emitter.on("node-error", this.#onError);
+    emitter.on("ready", this.#onAccepted);
+    if (target.type === "cluster") {
+      emitter.on("node-error", this.#onError);
+      // A cluster emits no "ready" of its own after a node reconnects: its nodes' tell.
+      emitter.on("node-ready", this.#onAccepted);
+    }
     this.#connected = this.#connect(this.#client);
   }
 
@@ -559,7 +579,18 @@ export async function openRedisStoreClient(
   target: RedisTarget | string,
   options: RedisClientOptions & { connectWaitMs?: number } = {},
 ): Promise<RedisStoreClient> {
-  const client = createRedisClient(target, options);
+  // Start-up names a refusal itself (below); `onCredentials` hears of the changes after it.
+  let started = false;
+  let told = false;
+  const { onCredentials } = options;
+  const client = createRedisClient(target, {
+    ...options,
+    onCredentials: (refused) => {
+      if (!started || !onCredentials || told === (refused !== undefined)) return;
+      told = refused !== undefined;
+      onCredentials(refused);
+    },
+  });
   await client.ready(options.connectWaitMs ?? 2000);
   const problem = await client.typeProblem();
   if (problem !== undefined) {
@@ -572,5 +603,6 @@ export async function openRedisStoreClient(
     await client.close();
     throw new RedisAuthError(refused);
   }
+  started = true;
   return client;
 }

@@ -6,14 +6,21 @@
  * caller uncounted (`open`, the default) or refuse everyone (`closed`) until someone read the logs.
  * Right credentials, for the default user and the ACL user, start and limit; refused while running
  * (the ACL user's password changed), the store's incident names `WRONGPASS`, and limiting resumes
- * when the password matches again.
+ * when the password matches again; with no request sent, the process names the refusal at once,
+ * in one error event, and says when the password is accepted again.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { redisCli, redisUnavailableReason, startRedis, type TestRedis } from "../../_redis.ts";
+import {
+  pollUntil,
+  redisCli,
+  redisUnavailableReason,
+  startRedis,
+  type TestRedis,
+} from "../../_redis.ts";
 import { startService } from "../../_service_process.ts";
 
 const ROOT = join(import.meta.dirname!, "..", "..", "..");
@@ -147,8 +154,63 @@ Deno.test({
           }
         },
       );
+      for (const consistency of ["exact", "local-first"]) {
+        await t.step(
+          `refused after start, no request sent (${consistency}): one error event naming REDIS_URL, then accepted again`,
+          () => refusedWithoutTraffic(redis, consistency),
+        );
+      }
     } finally {
       await redis.stop();
     }
   },
 });
+
+/**
+ * Redis starts refusing a running service's password (a slow Redis whose refusal came after the
+ * start-up wait is the same case): with no request sent, the service says so at once, in the
+ * start-up sentence, once however many reconnection attempts are refused, and says when the
+ * credentials are accepted again. The password is never written.
+ */
+async function refusedWithoutTraffic(redis: TestRedis, consistency: string): Promise<void> {
+  const cli = (...args: string[]) =>
+    redisCli(["-p", String(redis.port), "--no-auth-warning", "-a", PASSWORD, ...args]);
+  const service = await startService({
+    RATE_LIMIT_STORE: "redis",
+    RATE_LIMIT_CONSISTENCY: consistency,
+    REDIS_URL: withLogin(redis, `alice:${USER_PASSWORD}`),
+  });
+  const named = () =>
+    service.events.filter((e) => /in REDIS_URL \(WRONGPASS\)/.test(String(e.message)));
+  try {
+    await cli("ACL", "LOG", "RESET");
+    await cli("ACL", "SETUSER", "alice", "resetpass", ">rotated");
+    await cli("CLIENT", "KILL", "USER", "alice");
+    await pollUntil(() => Promise.resolve(named().length > 0), 10_000, "the refusal is named");
+    // Three refused attempts at least (`ACL LOG` counts them): each could have been reported.
+    await pollUntil(
+      async () => Number(/^count\n(\d+)$/m.exec(await cli("ACL", "LOG", "1"))?.[1] ?? 0) >= 3,
+      10_000,
+      "three attempts are refused",
+    );
+    await cli("ACL", "SETUSER", "alice", "resetpass", `>${USER_PASSWORD}`);
+    const accepted = () =>
+      service.events.some((e) => /accepts the credentials/.test(String(e.message)));
+    await pollUntil(
+      () => Promise.resolve(accepted()),
+      10_000,
+      "the credentials are accepted again",
+    );
+    assert.equal(named().length, 1, JSON.stringify(service.events));
+    assert.equal(named()[0]!.level, "error");
+    assert.match(
+      String(named()[0]!.message),
+      /^Redis refused the user name or password in REDIS_URL/,
+    );
+    const written = JSON.stringify(service.events);
+    assert.ok(!written.includes(USER_PASSWORD) && !written.includes("rotated"), written);
+  } finally {
+    await cli("ACL", "SETUSER", "alice", "resetpass", `>${USER_PASSWORD}`);
+    await service.stop();
+  }
+}
