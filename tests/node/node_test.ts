@@ -310,9 +310,11 @@ Deno.test("Node: a flood past the descriptor limit does not end the process: it 
   });
   const port = Number(new URL(service.url).port);
   const flood: Deno.Conn[] = [];
-  // Every module loaded first: under the flood, a module's file could not be opened either.
+  // Every module loaded first: under the flood, a module's file could not be opened either. The
+  // warm-up builds and compresses every representation: over 10 s once, with two suites running.
   assert.ok(
-    await waitFor(() => service.events.some((e) => /^warmed up/.test(String(e.message))), 10_000),
+    await waitFor(() => service.events.some((e) => /^warmed up/.test(String(e.message))), 30_000),
+    "the warm-up's event",
   );
   const kept = await Deno.connect({ hostname: "127.0.0.1", port });
   try {
