@@ -105,7 +105,7 @@ globalThis.addEventListener("unhandledrejection", onStartupRejection);
 
 const { config, content, onDeploy } = await configure(readEnv);
 const telemetry = await startTelemetry(config, content, onDeploy);
-if (telemetry) onFatalExit(() => telemetry.armExitWatchdog());
+if (telemetry) onFatalExit(() => telemetry.beforeExit());
 const store = await openStore(config, { telemetry, onDeploy });
 const accessLog = config.accessLog
   ? createAccessLog((chunk) => writeAll(Deno.stdout, chunk))

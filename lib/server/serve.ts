@@ -148,7 +148,7 @@ function stop(
   let stopping = false;
   // With OpenTelemetry on, the exit exports one last time: bounded, even where the runtime is not.
   const exit = async () => {
-    await options.telemetry?.armExitWatchdog();
+    await options.telemetry?.beforeExit();
     Deno.exit(0);
   };
   return async (signal) => {

@@ -19,6 +19,7 @@
 
 import {
   type Attributes,
+  type Counter,
   type Histogram,
   type Meter,
   metrics,
@@ -110,6 +111,8 @@ export interface TelemetryOptions {
   now?: () => number;
   /** Whether spans are exported (default: as the runtime says, `otelSignals`). */
   tracing?: boolean;
+  /** How long a decision may wait before it is added to its counter, in ms (default 1,000). */
+  decisionFlushMs?: number;
 }
 
 /** The service's telemetry: wrappers for the handler and the limiter, and the events it counts. */
@@ -133,11 +136,12 @@ export interface Telemetry {
   /** Counts the listener's accept failures and its time down. */
   listenerEvent(event: { kind: string; downMs?: number }): void;
   /**
-   * Call right before `Deno.exit`: bounds the exit, whose last exports Deno 2.9.6 sometimes never
-   * finishes, to their own bound (3 x `OTEL_EXPORTER_OTLP_TIMEOUT`) and half a second
-   * (`exit_watchdog.ts`).
+   * Call right before `Deno.exit`: adds the decisions not yet added to their counter, so that the
+   * exit's last export holds every one, then bounds the exit, whose last exports Deno 2.9.6
+   * sometimes never finishes, to their own bound (3 x `OTEL_EXPORTER_OTLP_TIMEOUT`) and half a
+   * second (`exit_watchdog.ts`).
    */
-  armExitWatchdog(): Promise<void>;
+  beforeExit(): Promise<void>;
 }
 
 /** What the exit's watchdog allows beyond the exports' own bound, in ms. */
@@ -178,11 +182,12 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
   const listener = listenerInstruments(meter);
   // With tracing off (as documented) there is no span to name: nothing is added per request.
   const tracing = options.tracing ?? otelSignals()?.traces ?? false;
+  const tally = new DecisionTally(meter, store, options.decisionFlushMs ?? TALLY_FLUSH_MS);
   return {
     wrapHandler: (handler) =>
       tracing ? routeNamingHandler(handler, new Set(options.paths)) : handler,
     wrapDecisions: (wrapped, controls) =>
-      decisionCounting(wrapped, meter, { store, breaker, controls, tracing }),
+      decisionCounting(wrapped, meter, { store, tally, controls, tracing }),
     wrapStore: (wrapped) => storeTiming(wrapped, meter, tracer, options),
     wrapHitLog: (log) => syncTiming(log, meter, options),
     incident(incident) {
@@ -193,7 +198,10 @@ export function createTelemetry(options: TelemetryOptions): Telemetry {
       if (event.kind === "accept_failed") listener.failures.add(1);
       if (event.kind === "recovered") listener.down.add((event.downMs ?? 0) / 1000);
     },
-    armExitWatchdog: () => armExitWatchdog(exitFlushBoundMs(readEnv) + EXIT_WATCHDOG_MARGIN_MS),
+    beforeExit() {
+      tally.flush();
+      return armExitWatchdog(exitFlushBoundMs(readEnv) + EXIT_WATCHDOG_MARGIN_MS);
+    },
   };
 }
 
@@ -247,44 +255,91 @@ function listenerInstruments(meter: Meter) {
   };
 }
 
+/** How long a decision may wait in {@linkcode DecisionTally} before it is added to the counter, in ms. */
+export const TALLY_FLUSH_MS = 1000;
+
+/**
+ * The `ratelimit.decisions` counter, fed in batches. Each `add` of Deno's counter crosses into the
+ * runtime with its attributes, about a microsecond: on the hot caller that was half of what the
+ * documented configuration cost (tests/bench/README.md). Decisions are counted here in plain
+ * numbers, one per outcome, and added at most {@linkcode TALLY_FLUSH_MS} after the first one not
+ * yet added (one timer, only while some wait, so an idle service has none), and at exit
+ * (`beforeExit`, and `unload` for the exits the runtime makes). Deno exports a counter's sum, so the exports hold the same totals, each at most
+ * a second later.
+ */
+class DecisionTally {
+  readonly #counter: Counter;
+  readonly #attributes: Record<DecisionOutcome, Attributes>;
+  readonly #pending = new Map<DecisionOutcome, number>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+
+  readonly #flushMs: number;
+
+  constructor(meter: Meter, store: RateLimitStoreKind, flushMs: number) {
+    this.#flushMs = flushMs;
+    this.#counter = meter.createCounter("ratelimit.decisions", {
+      description:
+        "Rate-limit decisions on counted requests, by outcome (preflights are not counted)",
+      unit: "{decision}",
+    });
+    this.#attributes = outcomeAttributes(store);
+    // Every exit that is not the service's own stop (`deno serve`, whose runtime handles SIGTERM
+    // in each worker) dispatches `unload` before its exporters' last export.
+    globalThis.addEventListener("unload", () => this.flush());
+  }
+
+  /** Counts one decision. */
+  count(outcome: DecisionOutcome): void {
+    this.#pending.set(outcome, (this.#pending.get(outcome) ?? 0) + 1);
+    if (this.#timer !== undefined) return;
+    const timer = setTimeout(() => this.flush(), this.#flushMs);
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
+  }
+
+  /** Adds every decision counted so far to the counter. */
+  flush(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    for (const [outcome, count] of this.#pending) {
+      this.#counter.add(count, this.#attributes[outcome]);
+    }
+    this.#pending.clear();
+  }
+}
+
 /** Counts every `hit` decision by outcome and observes the store's sizes and breaker. */
 function decisionCounting(
   store: RateLimitStore & ObservableStore,
   meter: Meter,
   options: {
     store: RateLimitStoreKind;
-    breaker: unknown;
+    tally: DecisionTally;
     controls?: DecisionControls | undefined;
     tracing: boolean;
   },
 ): RateLimitStore {
-  const decisions = meter.createCounter("ratelimit.decisions", {
-    description:
-      "Rate-limit decisions on counted requests, by outcome (preflights are not counted)",
-    unit: "{decision}",
-  });
-  const attributes = outcomeAttributes(options.store);
-  const policy = store.failurePolicy === "closed"
-    ? attributes.failure_policy_closed
-    : attributes.failure_policy_open;
+  const policy: DecisionOutcome = store.failurePolicy === "closed"
+    ? "failure_policy_closed"
+    : "failure_policy_open";
   const report = options.controls?.report ?? false;
   const exempt = options.controls?.exempt;
   const record = (key: string, decision: Decision): Decision => {
     const byPolicy = store.answeredByPolicy?.(decision) ?? false;
     // A refusal the handler serves: an exempt caller's in either mode, anyone's in report mode.
-    const outcome = !decision.allowed && exempt?.(key)
-      ? attributes.exempted
+    const outcome: DecisionOutcome = !decision.allowed && exempt?.(key)
+      ? "exempted"
       : !decision.allowed && report
-      ? attributes.report_refused
+      ? "report_refused"
       : byPolicy
       ? policy
       : decision.allowed
-      ? attributes.admitted
-      : attributes.limited;
-    decisions.add(1, outcome);
+      ? "admitted"
+      : "limited";
+    options.tally.count(outcome);
     if (!options.tracing) return decision;
     trace.getActiveSpan()?.setAttributes({
-      "ratelimit.outcome": outcome["ratelimit.outcome"],
+      "ratelimit.outcome": outcome,
       "ratelimit.remaining": decision.remaining,
     });
     return decision;

@@ -69,6 +69,10 @@ const CONFIGURATIONS: Record<string, Record<string, string>> = {
     ...DOCUMENTED,
     OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf",
   },
+  "logs only (`OTEL_DENO_METRICS=false`): no metric, not even Deno's": {
+    ...DOCUMENTED,
+    OTEL_DENO_METRICS: "false",
+  },
   "tracing on (`OTEL_DENO_TRACING=true`), every request traced": TRACING,
   "tracing on, `OTEL_TRACES_SAMPLER=parentbased_traceidratio` 0.05": {
     ...TRACING,
@@ -220,9 +224,10 @@ try {
   for (const name of names) memory[name] = (await status(services[name]!.pid)).hwm;
   report(runs, paired, memory);
   await stopAll();
-  // The receiver decodes JSON exports only (protobuf ones are counted).
+  // The receiver decodes JSON exports only (protobuf ones are counted); logs only exports none.
   const answered = names.filter((name) =>
-    CONFIGURATIONS[name]!.OTEL_EXPORTER_OTLP_PROTOCOL === "http/json"
+    CONFIGURATIONS[name]!.OTEL_EXPORTER_OTLP_PROTOCOL === "http/json" &&
+    CONFIGURATIONS[name]!.OTEL_DENO_METRICS !== "false"
   )
     .reduce((sum, name) => sum + (answeredOn.get(services[name]!.port) ?? 0), 0);
   console.log(
