@@ -85,20 +85,48 @@ export function testNginxConf(
 
 /** The error log of each nginx {@linkcode startNginx} runs, by its port. */
 const errorLogs = new Map<number, string>();
-/** How many of an error log's last lines a failure shows. */
+/** How many different lines of an error log a failure shows. */
 const LOG_LINES_SHOWN = 30;
+/** Lines every run writes: start-up, the tests' own probes and clients done with their connection. */
+const ROUTINE =
+  /\[notice\]|setrlimit\(RLIMIT_NOFILE|closed keepalive connection|client closed connection while waiting for request/;
 
-/** The last lines of the error log of the nginx on `port`, or "" when none of ours runs there. */
+/** The error log of the nginx on `port` in short, or "" when none of ours runs there. */
 export function nginxErrorLog(port: number): string {
   const path = errorLogs.get(port);
   if (path === undefined) return "";
-  let text = "";
   try {
-    text = Deno.readTextFileSync(path);
+    return condenseErrorLog(Deno.readTextFileSync(path));
   } catch (error) {
     return `(its error log cannot be read: ${error})`;
   }
-  return text.trimEnd().split("\n").slice(-LOG_LINES_SHOWN).join("\n");
+}
+
+/**
+ * An error log in short: each thing it says but the routine lines, once, in the order first said,
+ * with its first line (time, connection number) and how many times and until when it was said.
+ */
+export function condenseErrorLog(text: string): string {
+  const said = new Map<string, { line: string; times: number; last: string }>();
+  for (const line of text.split("\n")) {
+    if (line === "" || ROUTINE.test(line)) continue;
+    const match = /^(\S+ (\S+)) (\[\w+\]) \d+#\d+: (?:\*\d+ )?(.*)$/.exec(line);
+    const key = match ? `${match[3]} ${match[4]}` : line;
+    const entry = said.get(key);
+    if (entry) {
+      entry.times++;
+      entry.last = match?.[2] ?? "";
+    } else said.set(key, { line, times: 1, last: match?.[2] ?? "" });
+  }
+  if (said.size === 0) return "(nothing but routine lines)";
+  const lines = [...said.values()].map(({ line, times, last }) =>
+    times === 1 ? line : `${line} [${times} times, the last at ${last}]`
+  );
+  return lines.length <= LOG_LINES_SHOWN
+    ? lines.join("\n")
+    : [...lines.slice(0, LOG_LINES_SHOWN), `... and ${lines.length - LOG_LINES_SHOWN} more`].join(
+      "\n",
+    );
 }
 
 /**
@@ -161,7 +189,7 @@ export async function startNginx(
   options: { shortTimeouts?: boolean } = {},
 ): Promise<{
   port: number;
-  /** The last lines of its error log (level info: every connection nginx closes says why). */
+  /** Its error log (level info: every connection nginx closes says why), in short. */
   errorLog(): string;
   stop(): Promise<void>;
 }> {
