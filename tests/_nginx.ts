@@ -1,7 +1,8 @@
 /**
  * The VM recipe's files as tests run them: deploy/discovery@.service's settings, and real nginx from
- * deploy/nginx.conf with loopback ports, temporary paths and short timeouts, in front of service
- * processes.
+ * deploy/nginx.conf with loopback ports and temporary paths, in front of service processes: with the
+ * shipped client timeouts, or short ones for the test that times clients out. A request that fails
+ * through it says why in nginx's words (its error log, at level info).
  *
  * @module
  */
@@ -30,14 +31,35 @@ export function serviceSettings(unit: string): Map<string, string[]> {
   return settings;
 }
 
-/** The test's timeouts, in place of the shipped ones (seconds), so that the test is quick. */
-export const TEST_TIMEOUT_S = 1;
+/**
+ * The client timeouts (seconds) of an nginx started with `shortTimeouts`, in place of the shipped
+ * ones (10 s, keep-alive 15 s), so that the test of idle and slow clients is quick. Only that test
+ * uses them: every client of such an nginx, the well-behaved ones too, must send its request head
+ * within this time of nginx accepting its connection, or nginx closes the connection without an
+ * answer ("client timed out ... while waiting for request"; the client reads "socket hang up").
+ * With 1 s, a test's own client did not, once, with two suites on the 2 cores: its process sent
+ * nothing for over a second after connecting. 3 s leaves it room and still cuts quickly.
+ */
+export const TEST_TIMEOUT_S = 3;
+
+/** The shipped client timeouts and their replacements by {@linkcode TEST_TIMEOUT_S}. */
+const SHORT_TIMEOUTS: [RegExp, string][] = [
+  [/client_header_timeout 10s;/, `client_header_timeout ${TEST_TIMEOUT_S}s;`],
+  [/client_body_timeout 10s;/, `client_body_timeout ${TEST_TIMEOUT_S}s;`],
+  [/keepalive_timeout 15s;/, `keepalive_timeout ${TEST_TIMEOUT_S}s;`],
+  [/send_timeout 10s;/, `send_timeout ${TEST_TIMEOUT_S}s;`],
+];
 
 /**
- * The shipped nginx.conf with loopback ports, temporary paths and short timeouts; the instances'
- * ports replaced by `upstreamPorts` in order.
+ * The shipped nginx.conf with loopback ports and temporary paths, the instances' ports replaced by
+ * `upstreamPorts` in order; with `shortTimeouts`, the client timeouts are {@linkcode TEST_TIMEOUT_S}.
  */
-export function testNginxConf(dir: string, port: number, upstreamPorts: [number, number]): string {
+export function testNginxConf(
+  dir: string,
+  port: number,
+  upstreamPorts: [number, number],
+  shortTimeouts = false,
+): string {
   const substitutions: [RegExp, string][] = [
     [/^user www-data;$/m, ""],
     [/^worker_processes auto;$/m, "worker_processes 1;"],
@@ -50,10 +72,7 @@ export function testNginxConf(dir: string, port: number, upstreamPorts: [number,
     [/^ {8}listen \[::\]:80;$/m, ""],
     [/server 127\.0\.0\.1:8001 /, `server 127.0.0.1:${upstreamPorts[0]} `],
     [/server 127\.0\.0\.1:8002 /, `server 127.0.0.1:${upstreamPorts[1]} `],
-    [/client_header_timeout 10s;/, `client_header_timeout ${TEST_TIMEOUT_S}s;`],
-    [/client_body_timeout 10s;/, `client_body_timeout ${TEST_TIMEOUT_S}s;`],
-    [/keepalive_timeout 15s;/, `keepalive_timeout ${TEST_TIMEOUT_S}s;`],
-    [/send_timeout 10s;/, `send_timeout ${TEST_TIMEOUT_S}s;`],
+    ...shortTimeouts ? SHORT_TIMEOUTS : [],
   ];
   let conf = NGINX_CONF;
   for (const [pattern, replacement] of substitutions) {
@@ -64,11 +83,79 @@ export function testNginxConf(dir: string, port: number, upstreamPorts: [number,
   return conf;
 }
 
-/** A GET through nginx from the local address `from`. */
-export function get(
+/** The error log of each nginx {@linkcode startNginx} runs, by its port. */
+const errorLogs = new Map<number, string>();
+/** How many different lines of an error log a failure shows. */
+const LOG_LINES_SHOWN = 30;
+/** Lines every run writes: start-up, the tests' own probes and clients done with their connection. */
+const ROUTINE =
+  /\[notice\]|setrlimit\(RLIMIT_NOFILE|closed keepalive connection|client closed connection while waiting for request/;
+
+/** The error log of the nginx on `port` in short, or "" when none of ours runs there. */
+export function nginxErrorLog(port: number): string {
+  const path = errorLogs.get(port);
+  if (path === undefined) return "";
+  try {
+    return condenseErrorLog(Deno.readTextFileSync(path));
+  } catch (error) {
+    return `(its error log cannot be read: ${error})`;
+  }
+}
+
+/**
+ * An error log in short: each thing it says but the routine lines, once, in the order first said,
+ * with its first line (time, connection number) and how many times and until when it was said.
+ */
+export function condenseErrorLog(text: string): string {
+  const said = new Map<string, { line: string; times: number; last: string }>();
+  for (const line of text.split("\n")) {
+    if (line === "" || ROUTINE.test(line)) continue;
+    const match = /^(\S+ (\S+)) (\[\w+\]) \d+#\d+: (?:\*\d+ )?(.*)$/.exec(line);
+    const key = match ? `${match[3]} ${match[4]}` : line;
+    const entry = said.get(key);
+    if (entry) {
+      entry.times++;
+      entry.last = match?.[2] ?? "";
+    } else said.set(key, { line, times: 1, last: match?.[2] ?? "" });
+  }
+  if (said.size === 0) return "(nothing but routine lines)";
+  const lines = [...said.values()].map(({ line, times, last }) =>
+    times === 1 ? line : `${line} [${times} times, the last at ${last}]`
+  );
+  return lines.length <= LOG_LINES_SHOWN
+    ? lines.join("\n")
+    : [...lines.slice(0, LOG_LINES_SHOWN), `... and ${lines.length - LOG_LINES_SHOWN} more`].join(
+      "\n",
+    );
+}
+
+/**
+ * A GET through nginx from the local address `from`. A request that fails through one of our nginx
+ * processes says why in nginx's words: the error names the last lines of its error log.
+ */
+export async function get(
   port: number,
   from: string,
   headers: Record<string, string> = {},
+): Promise<{ status: number; remaining: string | undefined }> {
+  try {
+    return await getOnce(port, from, headers);
+  } catch (error) {
+    const log = nginxErrorLog(port);
+    if (log === "") throw error;
+    throw new Error(
+      `GET through nginx from ${from} failed (${error}); nginx's error log:\n${log}`,
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+function getOnce(
+  port: number,
+  from: string,
+  headers: Record<string, string>,
 ): Promise<{ status: number; remaining: string | undefined }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest({
@@ -93,15 +180,26 @@ export function get(
 
 export const noNginx = toolUnavailableReason("nginx", "nginx-light");
 
-/** nginx run from the test configuration on a free loopback port, in front of `upstreams`. */
-export async function startNginx(upstreams: [number, number]): Promise<{
+/**
+ * nginx run from the test configuration on a free loopback port, in front of `upstreams`; with the
+ * shipped client timeouts unless `shortTimeouts` (only for the test of idle and slow clients).
+ */
+export async function startNginx(
+  upstreams: [number, number],
+  options: { shortTimeouts?: boolean } = {},
+): Promise<{
   port: number;
+  /** Its error log (level info: every connection nginx closes says why), in short. */
+  errorLog(): string;
   stop(): Promise<void>;
 }> {
   const dir = Deno.makeTempDirSync();
   Deno.chmodSync(dir, 0o755);
   const port = freePort();
-  Deno.writeTextFileSync(join(dir, "nginx.conf"), testNginxConf(dir, port, upstreams));
+  Deno.writeTextFileSync(
+    join(dir, "nginx.conf"),
+    testNginxConf(dir, port, upstreams, options.shortTimeouts),
+  );
   const nginx = new Deno.Command(findTool("nginx")!, {
     args: [
       "-p",
@@ -117,14 +215,16 @@ export async function startNginx(upstreams: [number, number]): Promise<{
     stderr: "piped",
   }).spawn();
   const stderr = new Response(nginx.stderr).text();
+  errorLogs.set(port, join(dir, "error.log"));
   const stop = async () => {
     nginx.kill("SIGQUIT");
     await nginx.status;
+    errorLogs.delete(port);
     assert.doesNotMatch(await stderr, /\[emerg\]/);
   };
   await waitForPort(port, 5000).catch(async (error) => {
     await stop();
     throw error;
   });
-  return { port, stop };
+  return { port, errorLog: () => nginxErrorLog(port), stop };
 }

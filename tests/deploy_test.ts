@@ -1,9 +1,9 @@
 /**
  * Tests of the production setup for a VM in deploy/: the systemd template unit passes `systemd-analyze
- * verify` and its offline security review, and nginx, run from the shipped configuration (with short
- * timeouts and loopback ports substituted in) in front of the real service, cuts idle and slow
- * clients, serves normal ones, keeps one rate limit per client address, and loses no request while
- * its two instances are restarted one at a time.
+ * verify` and its offline security review, and nginx, run from the shipped configuration (loopback
+ * ports substituted in, and short client timeouts for the test that times clients out) in front of
+ * the real service, cuts idle and slow clients, serves normal ones, keeps one rate limit per client
+ * address, and loses no request while its two instances are restarted one at a time.
  *
  * @module
  */
@@ -168,7 +168,7 @@ Deno.test({
   async fn() {
     const service = await startService({ TRUSTED_PROXIES: "127.0.0.1,::1", RATE_LIMIT: "3" });
     const servicePort = Number(new URL(service.url).port);
-    const nginx = await startNginx([servicePort, servicePort]);
+    const nginx = await startNginx([servicePort, servicePort], { shortTimeouts: true });
     const port = nginx.port;
     const held: Deno.Conn[] = [];
     try {
@@ -261,6 +261,7 @@ Deno.test({
       reconnect: true,
     });
     const exits: number[] = [];
+    let errorLog = "";
     try {
       await new Promise((resolve) => setTimeout(resolve, 300));
       // The operator's procedure (deploy/README.md): stop one instance, start it, wait until it
@@ -277,6 +278,7 @@ Deno.test({
     } finally {
       finish();
       await load;
+      errorLog = nginx.errorLog();
       await nginx.stop();
       for (const instance of instances) await instance.stop();
     }
@@ -285,6 +287,7 @@ Deno.test({
     assert.deepEqual(
       { lost: outcome.lost, refused: outcome.refused, statuses: [...outcome.answered.keys()] },
       { lost: 0, refused: 0, statuses: [200] },
+      `nginx's error log:\n${errorLog}`,
     );
     assert.ok(outcome.answered.get(200)! > 500, `answered: ${outcome.answered.get(200)}`);
   },

@@ -179,6 +179,7 @@ Deno.test({
                 errors: statuses.filter((s) => s >= 500),
               },
               { lost: 0, refused: 0, errors: [] },
+              `nginx's error log:\n${nginx.errorLog()}`,
             );
             const answered = [...outcome.answered.values()].reduce((a, b) => a + b, 0);
             assert.ok(answered > 200, `answered ${answered}`);

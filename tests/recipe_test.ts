@@ -15,7 +15,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { request as httpRequest } from "node:http";
 import { join } from "node:path";
-import { get, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
+import { get, nginxErrorLog, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
 import { type ServiceProcess, startService } from "./_service_process.ts";
 import { checkControls, checkReportMode } from "./_controls.ts";
@@ -296,7 +296,11 @@ function relayAs(target: string): { url: string; close(): Promise<void> } {
           resolve(new Response(Buffer.concat(chunks), { status: response.statusCode!, headers }));
         });
       });
-      req.on("error", reject);
+      // nginx's words for a request it did not answer.
+      req.on(
+        "error",
+        (error) => reject(new Error(`${error}; ${nginxErrorLog(Number(new URL(target).port))}`)),
+      );
       req.end();
     });
   });
