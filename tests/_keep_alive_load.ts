@@ -148,3 +148,47 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
   await Promise.all(Array.from({ length: options.connections }, worker));
   return outcome;
 }
+
+/** How long {@linkcode AnswerCounter.after} waits for its answers before it fails. */
+const ANSWERS_WAIT_MS = 30_000;
+
+/**
+ * Counts a load's answers (pass `onAnswered` to {@linkcode keepAliveLoad}) and lets a test wait for
+ * more of them: that the load ran through a step, an event rather than a pause.
+ */
+export class AnswerCounter {
+  #answers = 0;
+  #waiting: { count: number; resolve: () => void }[] = [];
+
+  /** For {@linkcode LoadOptions.onAnswered}. */
+  readonly onAnswered = (): void => {
+    this.#answers++;
+    this.#waiting = this.#waiting.filter(({ count, resolve }) => {
+      if (this.#answers < count) return true;
+      resolve();
+      return false;
+    });
+  };
+
+  /** Resolves once `more` answers have come after this call; rejects after 30 s without them. */
+  async after(more: number): Promise<void> {
+    const count = this.#answers + more;
+    const { promise, resolve } = Promise.withResolvers<void>();
+    this.#waiting.push({ count, resolve });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(`the load answered ${more - (count - this.#answers)} of ${more} in 30 s`),
+          ),
+        ANSWERS_WAIT_MS,
+      );
+    });
+    try {
+      await Promise.race([promise, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
