@@ -71,6 +71,7 @@ type Message = { kind: "hello" } | { kind: "stop"; signal: Deno.Signal };
  */
 export function relayServeStop(options: RelayOptions = {}): StopRelay {
   const raise = options.raise ?? ((signal) => process.kill(process.pid, signal));
+  const lingerMs = options.lingerMs ?? STOP_LINGER_MS;
   let channel: BroadcastChannel | undefined;
   // The stop this worker is in (its own signal or one it was told of), and one its runtime missed.
   let stopping: Deno.Signal | undefined;
@@ -80,8 +81,8 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     channel?.close();
     channel = undefined;
   };
-  // Open from the start until `lingerMs` after a stop: an answer to this worker's hello may come
-  // after `ready`, and late workers' hellos are answered.
+  // Open from the start until `lingerMs` after `ready` or after a stop: an answer to this worker's
+  // hello may come after `ready`, and late workers' hellos are answered.
   const open = () => {
     if (channel) return channel;
     channel = new BroadcastChannel(options.channel ?? STOP_CHANNEL);
@@ -98,7 +99,7 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     if (stopping !== undefined) return;
     stopping = signal;
     open().postMessage({ kind: "stop", signal });
-    setTimeout(close, options.lingerMs ?? STOP_LINGER_MS);
+    setTimeout(close, lingerMs);
     // Told by another worker: this one's runtime did not see it. Signalled before `ready`: it
     // was not listening yet.
     if (told && ready) raise(signal);
@@ -111,6 +112,11 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
       if (ready) return;
       ready = true;
       if (missed !== undefined) raise(missed);
+      // From here this worker hears signals itself: the channel stays for answers to its hello
+      // still on their way, and closes (under `deno run` without `--listen`, nothing else holds
+      // the process).
+      const answered = setTimeout(() => stopping === undefined && close(), lingerMs);
+      Deno.unrefTimer(answered);
     },
     signalled: (signal) => stop(signal, false),
   };
