@@ -59,6 +59,15 @@ async function startTelemetry(
   return telemetry;
 }
 
+/** Whether this is Deno Deploy, read before the configuration (false where env cannot be read). */
+function onDenoDeploySafe(): boolean {
+  try {
+    return readEnv("DENO_DEPLOY") === "true";
+  } catch {
+    return false;
+  }
+}
+
 /**
  * The service's handler, its errors and warm-up reported as events. Nothing is built before
  * listening, so the first request is not kept waiting: each path's first request builds its
@@ -104,8 +113,9 @@ function buildHandler(
 // Anything thrown while starting that no check explains still ends in one sentence.
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
 // Under `deno serve`, a stop signal that comes while this worker starts is not lost
-// (lib/server/serve_stop.ts). `--listen` stops itself (lib/server/serve.ts).
-const stopRelay = import.meta.main && !Deno.args.includes("--listen")
+// (lib/server/serve_stop.ts). `--listen` stops itself (lib/server/serve.ts), and so does Deno
+// Deploy, whose BroadcastChannel reaches the app's other isolates.
+const stopRelay = import.meta.main && !Deno.args.includes("--listen") && !onDenoDeploySafe()
   ? relayServeStop()
   : undefined;
 
