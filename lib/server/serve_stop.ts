@@ -14,8 +14,6 @@
  * @module
  */
 
-import process from "node:process";
-
 /** The channel the workers of one `deno serve --parallel` process tell each other of a stop on. */
 const STOP_CHANNEL = "discovery:serve-stop";
 
@@ -70,7 +68,7 @@ type Message = { kind: "hello" } | { kind: "stop"; signal: Deno.Signal };
  * ```
  */
 export function relayServeStop(options: RelayOptions = {}): StopRelay {
-  const raise = options.raise ?? ((signal) => process.kill(process.pid, signal));
+  const raise = options.raise ?? raiseInProcess;
   const lingerMs = options.lingerMs ?? STOP_LINGER_MS;
   let channel: BroadcastChannel | undefined;
   // The stop this worker is in (its own signal or one it was told of), and one its runtime missed.
@@ -120,6 +118,14 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     },
     signalled: (signal) => stop(signal, false),
   };
+}
+
+/**
+ * Sends `signal` to this process: `node:process`'s `kill` of its own pid, loaded only then (main.ts
+ * loads no `node:` module before its first response: lib/README.md, "Cold start").
+ */
+function raiseInProcess(signal: Deno.Signal): void {
+  void import("node:process").then(({ default: process }) => process.kill(process.pid, signal));
 }
 
 /** SIGTERM and SIGINT, where the platform has them, reported to `onSignal`. */
