@@ -21,6 +21,7 @@ import { configure } from "./lib/server/configure.ts";
 import { errorFields, event, onFatalExit, onStartupRejection } from "./lib/server/events.ts";
 import { runtimeListening, serve } from "./lib/server/serve.ts";
 import { DRAIN_MS, STOP_DEADLINE_MS } from "./lib/server/listener.ts";
+import { relayServeStop } from "./lib/server/serve_stop.ts";
 import { openStore } from "./lib/server/store.ts";
 import { exitFlushBoundMs, otelStartWarnings } from "./lib/telemetry/enabled.ts";
 import { loadTelemetry, type Telemetry } from "./lib/telemetry/load.ts";
@@ -56,6 +57,15 @@ async function startTelemetry(
     for (const warning of otelStartWarnings(readEnv)) event("warn", warning);
   }
   return telemetry;
+}
+
+/** Whether this is Deno Deploy, read before the configuration (false where env cannot be read). */
+function onDenoDeploySafe(): boolean {
+  try {
+    return readEnv("DENO_DEPLOY") === "true";
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -102,6 +112,12 @@ function buildHandler(
 
 // Anything thrown while starting that no check explains still ends in one sentence.
 globalThis.addEventListener("unhandledrejection", onStartupRejection);
+// Under `deno serve`, a stop signal that comes while this worker starts is not lost
+// (lib/server/serve_stop.ts). `--listen` stops itself (lib/server/serve.ts), and so does Deno
+// Deploy, whose BroadcastChannel reaches the app's other isolates.
+const stopRelay = import.meta.main && !Deno.args.includes("--listen") && !onDenoDeploySafe()
+  ? relayServeStop()
+  : undefined;
 
 const { config, content, onDeploy } = await configure(readEnv);
 const telemetry = await startTelemetry(config, content, onDeploy);
@@ -113,10 +129,18 @@ const accessLog = config.accessLog
 const handler = buildHandler({ config, content, store }, accessLog);
 const fetch = telemetry ? telemetry.wrapHandler(handler) : handler;
 
+const onListen = runtimeListening(config, readEnv);
 export default {
   fetch,
-  // Called by `deno serve` only, in its main worker: the JSON "listening" event.
-  onListen: runtimeListening(config, readEnv),
+  /**
+   * Called by `deno serve` only, in its main worker: the JSON "listening" event. Read by the runtime
+   * in every worker as it takes this export, right before it wires its stop signals: once that is
+   * done, the stop relay's worker is ready.
+   */
+  get onListen() {
+    setTimeout(() => stopRelay?.ready(), 0);
+    return onListen;
+  },
 } satisfies Deno.ServeDefaultExport;
 
 // `deno task start` and the compiled binary pass `--listen`. Deno Deploy runs `deno run main.ts` and

@@ -123,10 +123,13 @@ export function runtimeListening(
 
 /** Under `deno serve`, the main worker's "shutting down" at the signal and "stopped" at unload. */
 function runtimeStopEvents(): void {
+  // Once: a worker that started during the stop sends the signal again (serve_stop.ts).
+  let said = false;
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     try {
       Deno.addSignalListener(signal, () => {
-        event("info", "shutting down: finishing requests in flight", { signal });
+        if (!said) event("info", "shutting down: finishing requests in flight", { signal });
+        said = true;
       });
     } catch {
       // No signal support here: the runtime stops as it will.

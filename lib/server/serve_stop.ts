@@ -1,0 +1,140 @@
+/**
+ * A stop signal that no worker of `deno serve --parallel` misses. Deno 2.9.6 wires SIGTERM and
+ * SIGINT to each worker's graceful shutdown only once that worker's main module has been evaluated
+ * (`registerDeclarativeServer`, ext/http/00_serve.ts), and the process ends when every worker has.
+ * A signal that arrives while a worker is still starting (main.ts awaits its configuration, store
+ * and telemetry first) reaches the workers already serving, which stop, and never the one starting,
+ * which then serves on: the process never exits (seen in 1 of 5 stops sent as soon as the port
+ * answered, OpenTelemetry on or off). So each worker listens for the signal from the start of
+ * main.ts and tells the others on a `BroadcastChannel` (the workers are threads of one process:
+ * `shared_traffic.ts`); a worker told before its runtime took its default export sends the signal
+ * to the process again once it has (`node:process`'s `kill` of its own pid: no `--allow-run`), and
+ * its runtime then stops it gracefully like the others.
+ *
+ * @module
+ */
+
+/** The channel the workers of one `deno serve --parallel` process tell each other of a stop on. */
+const STOP_CHANNEL = "discovery:serve-stop";
+
+/**
+ * How long a stopping worker keeps answering the workers that start after its signal, in ms (an
+ * open channel keeps a worker's event loop, and so the process, alive).
+ */
+export const STOP_LINGER_MS = 1000;
+
+/** Options of {@linkcode relayServeStop}. */
+export interface RelayOptions {
+  /** The channel's name; {@linkcode STOP_CHANNEL} by default. */
+  channel?: string;
+  /** How long to answer late workers after the signal; {@linkcode STOP_LINGER_MS} by default. */
+  lingerMs?: number;
+  /** Sends `signal` to the process again; `process.kill` of its own pid by default. */
+  raise?: (signal: Deno.Signal) => void;
+  /** Whether to listen for the process's signals (default true; examples feed `signalled`). */
+  listen?: boolean;
+}
+
+/** One worker's part of the relay. */
+export interface StopRelay {
+  /** Call once the runtime serves this worker's default export (its signal handler is wired). */
+  ready(): void;
+  /** Call when this worker receives `signal` itself (done by the relay's own listeners). */
+  signalled(signal: Deno.Signal): void;
+}
+
+type Message = { kind: "hello" } | { kind: "stop"; signal: Deno.Signal };
+
+/**
+ * Joins this worker to the stop relay. Until {@linkcode StopRelay.ready}, a stop told by another
+ * worker is kept; at `ready` (or when told after it, before a signal of its own) the signal is
+ * raised again for this worker's runtime.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const channel = `example-${crypto.randomUUID()}`;
+ * const raised: string[] = [];
+ * const options = { channel, lingerMs: 50, listen: false };
+ * const serving = relayServeStop({ ...options, raise: (s) => raised.push(`serving ${s}`) });
+ * serving.ready();
+ * const starting = relayServeStop({ ...options, raise: (s) => raised.push(`starting ${s}`) });
+ * serving.signalled("SIGTERM");
+ * await new Promise((resolve) => setTimeout(resolve, 20));
+ * assert.deepEqual(raised, []); // the starting worker waits for its runtime
+ * starting.ready();
+ * assert.deepEqual(raised, ["starting SIGTERM"]);
+ * await new Promise((resolve) => setTimeout(resolve, 100)); // the channels close
+ * ```
+ */
+export function relayServeStop(options: RelayOptions = {}): StopRelay {
+  const raise = options.raise ?? raiseInProcess;
+  const lingerMs = options.lingerMs ?? STOP_LINGER_MS;
+  let channel: BroadcastChannel | undefined;
+  // The stop this worker is in (its own signal or one it was told of), and one its runtime missed.
+  let stopping: Deno.Signal | undefined;
+  let missed: Deno.Signal | undefined;
+  let ready = false;
+  const close = () => {
+    channel?.close();
+    channel = undefined;
+  };
+  // Open from the start until `lingerMs` after `ready` or after a stop: an answer to this worker's
+  // hello may come after `ready`, and late workers' hellos are answered.
+  const open = () => {
+    if (channel) return channel;
+    channel = new BroadcastChannel(options.channel ?? STOP_CHANNEL);
+    channel.onmessage = ({ data }: MessageEvent<Message>) => {
+      if (data?.kind === "hello" && stopping !== undefined) {
+        channel?.postMessage({ kind: "stop", signal: stopping });
+      } else if (data?.kind === "stop") {
+        stop(data.signal === "SIGINT" ? "SIGINT" : "SIGTERM", true);
+      }
+    };
+    return channel;
+  };
+  const stop = (signal: Deno.Signal, told: boolean) => {
+    if (stopping !== undefined) return;
+    stopping = signal;
+    open().postMessage({ kind: "stop", signal });
+    setTimeout(close, lingerMs);
+    // Told by another worker: this one's runtime did not see it. Signalled before `ready`: it
+    // was not listening yet.
+    if (told && ready) raise(signal);
+    else if (!ready) missed = signal;
+  };
+  open().postMessage({ kind: "hello" });
+  if (options.listen ?? true) listenForStop((signal) => stop(signal, false));
+  return {
+    ready() {
+      if (ready) return;
+      ready = true;
+      if (missed !== undefined) raise(missed);
+      // From here this worker hears signals itself: the channel stays for answers to its hello
+      // still on their way, and closes (under `deno run` without `--listen`, nothing else holds
+      // the process).
+      const answered = setTimeout(() => stopping === undefined && close(), lingerMs);
+      Deno.unrefTimer(answered);
+    },
+    signalled: (signal) => stop(signal, false),
+  };
+}
+
+/**
+ * Sends `signal` to this process: `node:process`'s `kill` of its own pid, loaded only then (main.ts
+ * loads no `node:` module before its first response: lib/README.md, "Cold start").
+ */
+function raiseInProcess(signal: Deno.Signal): void {
+  void import("node:process").then(({ default: process }) => process.kill(process.pid, signal));
+}
+
+/** SIGTERM and SIGINT, where the platform has them, reported to `onSignal`. */
+function listenForStop(onSignal: (signal: Deno.Signal) => void): void {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    try {
+      Deno.addSignalListener(signal, () => onSignal(signal));
+    } catch {
+      // No signal support here: the runtime stops as it will.
+    }
+  }
+}
