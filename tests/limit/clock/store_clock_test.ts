@@ -313,6 +313,9 @@ Deno.test("Deno KV local-first: one other instance's stamps in this instance's f
     assert.ok(writer.append("caller", Date.now() + 30_000));
     await ahead.exchange({ instance: "ahead", seq: 0, hits: writer.take() });
     await here.hit("caller", Date.now());
+    // The loop's exchange (every 10 ms) may be in flight, begun before the other's batch was
+    // written: `sync` then waits for that one. The exchange after it begins after the write.
+    await here.sync();
     await here.sync();
     assert.deepEqual(offsets, [], "this instance blamed itself");
     assert.deepEqual(verdicts, ["undecided"]);
