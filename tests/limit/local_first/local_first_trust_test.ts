@@ -205,6 +205,8 @@ Deno.test("PeerClocks: two clocks cannot tell which is wrong; a majority can, bo
 Deno.test("local-first's sync loop is timed by the monotonic clock: a stamp clock stepped back a day holds no sync", async () => {
   let stamps = T0;
   let exchanges = 0;
+  let fifth: () => void = () => {};
+  const fifthExchange = new Promise<void>((resolve) => fifth = resolve);
   const log: HitLog = {
     maxBatchBytes: 65_536,
     roundTrips: 0,
@@ -212,6 +214,7 @@ Deno.test("local-first's sync loop is timed by the monotonic clock: a stamp cloc
       exchanges++;
       // The store's clock steps back a day during the first exchange (a failover, a bad sample).
       if (exchanges === 1) stamps -= DAY_MS;
+      if (exchanges === 5) fifth();
       return Promise.resolve([]);
     },
     close() {},
@@ -221,7 +224,14 @@ Deno.test("local-first's sync loop is timed by the monotonic clock: a stamp cloc
     syncTimeoutMs: 1000,
     clock: () => stamps,
   });
-  await new Promise((resolve) => setTimeout(resolve, 200));
-  assert.ok(exchanges >= 5, `${exchanges} exchanges in 200 ms at a 10 ms period`);
+  // Waited for, not timed: a loop held by the stamp clock would wait a day, far beyond 10 s (a
+  // fixed 200 ms saw 3 exchanges once, with two suites on the two cores).
+  let bound: ReturnType<typeof setTimeout> | undefined;
+  const settled = await Promise.race([
+    fifthExchange.then(() => true),
+    new Promise<false>((resolve) => bound = setTimeout(() => resolve(false), 10_000)),
+  ]);
+  clearTimeout(bound);
+  assert.ok(settled, `${exchanges} exchanges in 10 s at a 10 ms period`);
   await store.close();
 });
