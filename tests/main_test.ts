@@ -449,8 +449,37 @@ Deno.test("no start-up error prints a password, whatever variable holds it", asy
   }
 });
 
+/**
+ * What a Deno child needs of this environment to find its cache and the registry (`deno task`
+ * resolves deno.json's packages before it runs a task): its cache folder, and the certificates and
+ * proxy of a machine whose registry is reached through one. The rest is cleared.
+ */
+const DENO_REACH = [
+  "DENO_DIR",
+  "HOME",
+  "XDG_CACHE_HOME",
+  "DENO_CERT",
+  "DENO_TLS_CA_STORE",
+  "NODE_EXTRA_CA_CERTS",
+  "HTTPS_PROXY",
+  "HTTP_PROXY",
+  "NO_PROXY",
+  "NPM_CONFIG_REGISTRY",
+];
+
+/** The variables of {@linkcode DENO_REACH} that are set here. */
+function denoReach(): Record<string, string> {
+  const reach: Record<string, string> = {};
+  for (const name of DENO_REACH) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) reach[name] = value;
+  }
+  return reach;
+}
+
 Deno.test("deno task start:kv with KV_PATH unset refuses to start: it would grant write access to the checkout", async () => {
-  const env: Record<string, string> = { ...BASE, NO_COLOR: "1" };
+  // No KV_PATH of this environment may reach the task: its variables are cleared but for the cache's.
+  const env: Record<string, string> = { ...denoReach(), ...BASE, NO_COLOR: "1" };
   const output = await new Deno.Command(Deno.execPath(), {
     args: ["task", "--quiet", "start:kv"],
     cwd: ROOT,
