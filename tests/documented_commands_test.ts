@@ -40,6 +40,11 @@ const SKIPPED: { pattern: RegExp; why: string }[] = [
     why: "changes the host's systemd or kernel settings (recipe_test.ts runs the recipe)",
   },
   { pattern: /^docker /, why: "no Docker daemon here" },
+  {
+    pattern: /^deno task container|^podman /,
+    why:
+      "builds or runs a container image: root, podman and minutes, and no registry in the namespace; deno task container:test runs the image as documented",
+  },
   { pattern: /^apt-get /, why: "installs system packages (.ci/run does)" },
   {
     pattern: /^npm (ci|start|test)\b|npx -y node@/,
