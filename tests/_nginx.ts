@@ -253,6 +253,8 @@ export interface TestNginx {
   port: number;
   /** Its error log (level info: every connection nginx closes says why), in short. */
   errorLog(): string;
+  /** How many lines of its error log so far match `pattern`. */
+  errorLogCount(pattern: RegExp): number;
   /** Every request logged so far (started with `accessLog`; none otherwise). */
   handled(): Handled[];
   /** Stops it (SIGQUIT) and waits for its exit. */
@@ -297,23 +299,47 @@ export async function startNginx(
     await stop();
     throw error;
   });
-  const handled = () => options.accessLog ? readHandled(join(dir, "access.log")) : [];
-  return { port, errorLog: () => nginxErrorLog(port), handled, stop };
+  const accessLog = options.accessLog ? accessLogReader(join(dir, "access.log")) : () => [];
+  const errorLogCount = (pattern: RegExp) =>
+    Deno.readTextFileSync(join(dir, "error.log")).split("\n").filter((line) => pattern.test(line))
+      .length;
+  return { port, errorLog: () => nginxErrorLog(port), errorLogCount, handled: accessLog, stop };
 }
 
-/** The requests of an access log in {@linkcode ACCESS_LOG_FORMAT} (none before the first). */
-function readHandled(path: string): Handled[] {
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return [];
-    throw error;
-  }
-  // A line nginx is writing now may be cut short: only whole lines are read.
-  return text.split("\n").slice(0, -1).map((line) => {
-    const { at, ms, client, status, upstream } = JSON.parse(line);
-    const took = Math.round(ms * 1000);
-    return { startedAt: Math.round(at * 1000) - took, ms: took, client, status, upstream };
-  });
+/**
+ * A reader of an access log in {@linkcode ACCESS_LOG_FORMAT}: each call reads only what nginx
+ * wrote since the last (a test that looks often does not parse tens of thousands of lines each
+ * time, on the cores its load shares) and returns every request so far.
+ */
+function accessLogReader(path: string): () => Handled[] {
+  const handled: Handled[] = [];
+  let offset = 0;
+  return () => {
+    let bytes: Uint8Array;
+    try {
+      using file = Deno.openSync(path);
+      file.seekSync(offset, Deno.SeekMode.Start);
+      bytes = new Uint8Array(file.statSync().size - offset);
+      let read = 0;
+      while (read < bytes.length) {
+        const n = file.readSync(bytes.subarray(read));
+        if (n === null) break;
+        read += n;
+      }
+      bytes = bytes.subarray(0, read);
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return handled;
+      throw error;
+    }
+    // A line nginx is writing now may be cut short: only whole lines are read, the rest next time.
+    const whole = bytes.lastIndexOf(0x0a) + 1;
+    offset += whole;
+    for (const line of new TextDecoder().decode(bytes.subarray(0, whole)).split("\n")) {
+      if (line === "") continue;
+      const { at, ms, client, status, upstream } = JSON.parse(line);
+      const took = Math.round(ms * 1000);
+      handled.push({ startedAt: Math.round(at * 1000) - took, ms: took, client, status, upstream });
+    }
+    return handled;
+  };
 }
