@@ -191,7 +191,7 @@ Deno.test({
           // Every request nginx could place was answered 200 by an instance. Deno.serve (2.9.6)
           // writes an answer's head and its body in two writes, a bytes body too: an answer killed
           // between them is cut, and nginx, which had passed the head on, cannot retry it (about
-          // once in 16 kills under this load; Node writes both at once).
+          // once in 8 kills under this load; Node writes both at once).
           assertAll200(outcome, proxy, proxy.errorLogCount(CUT_MID_ANSWER) - cutBefore);
         },
       );
