@@ -53,8 +53,9 @@ export interface ClientRequest extends LoadRequest {
 
 /** What {@linkcode hangUnderLoad} saw. */
 export interface HangRun {
-  /** When the instance was stopped and resumed, in ms since the epoch. */
+  /** When the instance was stopped (SIGSTOP), in ms since the epoch. */
   stoppedAt: number;
+  /** When it was resumed (SIGCONT), in ms since the epoch. */
   resumedAt: number;
   /** When nginx first had the resumed instance answer a request again (undefined: not in time). */
   returnedAt: number | undefined;
@@ -160,9 +161,10 @@ export interface HangFindings {
   sentToHungAfterFirstTimeout: number;
   /**
    * Requests the hang met (in flight when it began, or started before it ended) that took at least
-   * half the read timeout, and the longest of them, in ms.
+   * half the read timeout.
    */
   slow: number;
+  /** The longest of the requests the hang met, in ms. */
   slowestMs: number;
   /** From the resume until nginx had the instance answer again, in ms (undefined: not in time). */
   returnedAfterMs: number | undefined;
