@@ -10,8 +10,13 @@
  * @module
  */
 
+import { createConnection } from "node:net";
+
 const ENCODER = new TextEncoder();
 const DECODER = new TextDecoder();
+
+/** What the load needs of a connection: `Deno.Conn`'s read, write and close. */
+export type LoadConn = Pick<Deno.Conn, "read" | "write" | "close">;
 
 /** One response's status and whether it told the client to close. */
 export interface Exchanged {
@@ -26,7 +31,10 @@ export interface Exchanged {
  * a `Content-Length`). Undefined when the connection closed without a byte of answer; throws when it
  * closed in the middle of one.
  */
-export async function exchange(conn: Deno.Conn, head: string): Promise<Exchanged | undefined> {
+export async function exchange(
+  conn: Pick<LoadConn, "read" | "write">,
+  head: string,
+): Promise<Exchanged | undefined> {
   try {
     await conn.write(ENCODER.encode(head));
   } catch {
@@ -70,6 +78,66 @@ export function getHead(path: string, ...fields: string[]): string {
   return `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${fields.map((f) => `${f}\r\n`).join("")}\r\n`;
 }
 
+/**
+ * A connection to 127.0.0.1:`port` from the local address `from` (any of 127.0.0.0/8 is loopback):
+ * a client of its own address, as nginx and the service see it. `Deno.connect` cannot choose its
+ * local address; node:net can.
+ */
+export function connectFrom(port: number, from: string): Promise<LoadConn> {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host: "127.0.0.1", port, localAddress: from });
+    const chunks: Uint8Array[] = [];
+    let ended = false;
+    let wake: (() => void) | undefined;
+    const woken = () => {
+      wake?.();
+      wake = undefined;
+    };
+    socket.on("data", (chunk: Uint8Array) => {
+      chunks.push(chunk);
+      woken();
+    });
+    for (const event of ["end", "close", "error"]) {
+      socket.on(event, () => {
+        ended = true;
+        woken();
+      });
+    }
+    socket.once("error", reject);
+    socket.once("connect", () => {
+      socket.off("error", reject);
+      resolve({
+        async read(buffer) {
+          while (chunks.length === 0 && !ended) await new Promise<void>((done) => wake = done);
+          const chunk = chunks.shift();
+          if (chunk === undefined) return null;
+          const read = Math.min(chunk.length, buffer.length);
+          buffer.set(chunk.subarray(0, read));
+          if (read < chunk.length) chunks.unshift(chunk.subarray(read));
+          return read;
+        },
+        write: (bytes) =>
+          new Promise((written, failed) =>
+            socket.write(bytes, (error) => error ? failed(error) : written(bytes.length))
+          ),
+        close: () => socket.destroy(),
+      });
+    });
+  });
+}
+
+/** One request of a {@linkcode keepAliveLoad}, once it is over. */
+export interface LoadRequest {
+  /** The worker (connection) that sent it, from 0. */
+  worker: number;
+  /** When it was written, in ms since the epoch (`performance.timeOrigin + performance.now()`). */
+  startedAt: number;
+  /** How long until its response was read whole, or its connection ended, in ms. */
+  ms: number;
+  /** Its status; undefined when its connection ended without an answer (lost). */
+  status: number | undefined;
+}
+
 /** What happened to the requests of a {@linkcode keepAliveLoad}. */
 export interface LoadOutcome {
   /** Requests answered with a complete response, by status. */
@@ -99,6 +167,15 @@ export interface LoadOptions {
   reconnect?: boolean;
   /** Called after each complete response: for a test that waits for the load to be under way. */
   onAnswered?: () => void;
+  /** Called as each request is over, answered or lost: for a test that times them. */
+  onRequest?: (request: LoadRequest) => void;
+  /** Opens worker `n`'s connections; by default `Deno.connect` to 127.0.0.1:`port`. */
+  connect?: (worker: number) => Promise<LoadConn>;
+  /**
+   * A pause between a worker's answer and its next request, in ms (0 by default: as fast as the
+   * server answers): a load that leaves the machine's other work some CPU.
+   */
+  pauseMs?: number;
 }
 
 /**
@@ -113,11 +190,14 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
   let stopped = false;
   options.until.then(() => stopped = true);
   let sent = 0;
-  const worker = async () => {
+  const connect = options.connect ??
+    (() => Deno.connect({ hostname: "127.0.0.1", port: options.port }));
+  const now = () => performance.timeOrigin + performance.now();
+  const worker = async (index: number) => {
     while (!stopped) {
-      let conn: Deno.TcpConn;
+      let conn: LoadConn;
       try {
-        conn = await Deno.connect({ hostname: "127.0.0.1", port: options.port });
+        conn = await connect(index);
       } catch {
         outcome.refused++;
         await new Promise((resolve) => setTimeout(resolve, 10));
@@ -125,7 +205,10 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
       }
       try {
         while (!stopped) {
+          const startedAt = now();
           const response = await exchange(conn, options.request(sent++)).catch(() => undefined);
+          const ms = now() - startedAt;
+          options.onRequest?.({ worker: index, startedAt, ms, status: response?.status });
           if (response === undefined) {
             outcome.lost++;
             break;
@@ -137,6 +220,7 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
             if (options.reconnect) break;
             return;
           }
+          if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
         }
       } finally {
         try {
@@ -145,7 +229,7 @@ export async function keepAliveLoad(options: LoadOptions): Promise<LoadOutcome> 
       }
     }
   };
-  await Promise.all(Array.from({ length: options.connections }, worker));
+  await Promise.all(Array.from({ length: options.connections }, (_, index) => worker(index)));
   return outcome;
 }
 

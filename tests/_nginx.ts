@@ -51,14 +51,50 @@ const SHORT_TIMEOUTS: [RegExp, string][] = [
 ];
 
 /**
+ * The access log's format of an nginx started with `accessLog`: one JSON line per request, written
+ * when it ends, with what nginx did with it (each instance tried, in order; a `:` where the request
+ * went on to `@last_resort`).
+ */
+const ACCESS_LOG_FORMAT = `log_format tested escape=json '{"at":$msec,"ms":$request_time,` +
+  `"client":"$remote_addr","status":$status,"upstream":"$upstream_addr"}';`;
+
+/** What nginx did with one request, from the access log of an nginx started with `accessLog`. */
+export interface Handled {
+  /** When it started, in ms since the epoch (nginx's clock, to the millisecond). */
+  startedAt: number;
+  /** How long nginx took to answer it, in ms. */
+  ms: number;
+  /** The client's address. */
+  client: string;
+  /** The status nginx answered. */
+  status: number;
+  /**
+   * Each instance tried, in order (`127.0.0.1:8001, 127.0.0.1:8002`), a ` : ` before those of the
+   * last resort; empty for an answer of nginx's own.
+   */
+  upstream: string;
+}
+
+/** Options of {@linkcode testNginxConf} and {@linkcode startNginx}. */
+export interface TestNginxOptions {
+  /** Client timeouts of {@linkcode TEST_TIMEOUT_S} (only for the test of idle and slow clients). */
+  shortTimeouts?: boolean;
+  /** An access log (`access.log` in the folder) in place of the shipped `access_log off`. */
+  accessLog?: boolean;
+  /** Another nginx.conf's text in place of the shipped one: a benchmark's reference. */
+  conf?: string;
+}
+
+/**
  * The shipped nginx.conf with loopback ports and temporary paths, the instances' ports replaced by
- * `upstreamPorts` in order; with `shortTimeouts`, the client timeouts are {@linkcode TEST_TIMEOUT_S}.
+ * `upstreamPorts` in order; with `shortTimeouts`, the client timeouts are {@linkcode TEST_TIMEOUT_S};
+ * with `accessLog`, each request is logged in `dir` as {@linkcode Handled} reads it.
  */
 export function testNginxConf(
   dir: string,
   port: number,
   upstreamPorts: [number, number],
-  shortTimeouts = false,
+  options: TestNginxOptions = {},
 ): string {
   const substitutions: [RegExp, string][] = [
     [/^user www-data;$/m, ""],
@@ -70,17 +106,48 @@ export function testNginxConf(
     ],
     [/^ {8}listen 80;$/m, `        listen 127.0.0.1:${port};`],
     [/^ {8}listen \[::\]:80;$/m, ""],
-    [/server 127\.0\.0\.1:8001 /, `server 127.0.0.1:${upstreamPorts[0]} `],
-    [/server 127\.0\.0\.1:8002 /, `server 127.0.0.1:${upstreamPorts[1]} `],
-    ...shortTimeouts ? SHORT_TIMEOUTS : [],
+    // Every upstream block that names the instances: the fast one and the last resort.
+    [/server 127\.0\.0\.1:8001 /g, `server 127.0.0.1:${upstreamPorts[0]} `],
+    [/server 127\.0\.0\.1:8002 /g, `server 127.0.0.1:${upstreamPorts[1]} `],
+    ...options.shortTimeouts ? SHORT_TIMEOUTS : [],
+    ...options.accessLog
+      ? [[
+        /^ {4}access_log off;$/m,
+        `    ${ACCESS_LOG_FORMAT}\n    access_log ${join(dir, "access.log")} tested;`,
+      ] as [RegExp, string]]
+      : [],
   ];
-  let conf = NGINX_CONF;
+  let conf = options.conf ?? NGINX_CONF;
   for (const [pattern, replacement] of substitutions) {
     // Every substitution must apply: the shipped file is what is tested.
     assert.match(conf, pattern);
     conf = conf.replace(pattern, replacement);
   }
   return conf;
+}
+
+/** The timeouts of deploy/nginx.conf's fast path that decide what a hung instance costs. */
+export interface HangTimeouts {
+  /** `proxy_read_timeout` of `location /`, in ms: how long a request waits for a hung instance. */
+  readTimeoutMs: number;
+  /**
+   * The instances' `fail_timeout`, in ms: how long nginx leaves an instance out once a request to
+   * it failed; undefined where they have `max_fails=0` (never left out).
+   */
+  failTimeoutMs: number | undefined;
+}
+
+/** The {@linkcode HangTimeouts} of an nginx.conf (the shipped one by default). */
+export function hangTimeouts(conf = NGINX_CONF): HangTimeouts {
+  const location = /location \/ \{([^}]*)\}/.exec(conf)?.[1] ?? "";
+  const read = /proxy_read_timeout (\d+)(ms|s);/.exec(location);
+  assert.ok(read, "location / has a proxy_read_timeout");
+  const upstream = /upstream discovery \{([^}]*)\}/.exec(conf)?.[1] ?? "";
+  const fail = /max_fails=[1-9]\d* fail_timeout=(\d+)s/.exec(upstream);
+  return {
+    readTimeoutMs: Number(read[1]) * (read[2] === "s" ? 1000 : 1),
+    failTimeoutMs: fail ? Number(fail[1]) * 1000 : undefined,
+  };
 }
 
 /** The error log of each nginx {@linkcode startNginx} runs, by its port. */
@@ -180,26 +247,32 @@ function getOnce(
 
 export const noNginx = toolUnavailableReason("nginx", "nginx-light");
 
+/** An nginx that {@linkcode startNginx} runs. */
+export interface TestNginx {
+  /** Its port on 127.0.0.1. */
+  port: number;
+  /** Its error log (level info: every connection nginx closes says why), in short. */
+  errorLog(): string;
+  /** How many lines of its error log so far match `pattern`. */
+  errorLogCount(pattern: RegExp): number;
+  /** Every request logged so far (started with `accessLog`; none otherwise). */
+  handled(): Handled[];
+  /** Stops it (SIGQUIT) and waits for its exit. */
+  stop(): Promise<void>;
+}
+
 /**
  * nginx run from the test configuration on a free loopback port, in front of `upstreams`; with the
  * shipped client timeouts unless `shortTimeouts` (only for the test of idle and slow clients).
  */
 export async function startNginx(
   upstreams: [number, number],
-  options: { shortTimeouts?: boolean } = {},
-): Promise<{
-  port: number;
-  /** Its error log (level info: every connection nginx closes says why), in short. */
-  errorLog(): string;
-  stop(): Promise<void>;
-}> {
+  options: TestNginxOptions = {},
+): Promise<TestNginx> {
   const dir = Deno.makeTempDirSync();
   Deno.chmodSync(dir, 0o755);
   const port = freePort();
-  Deno.writeTextFileSync(
-    join(dir, "nginx.conf"),
-    testNginxConf(dir, port, upstreams, options.shortTimeouts),
-  );
+  Deno.writeTextFileSync(join(dir, "nginx.conf"), testNginxConf(dir, port, upstreams, options));
   const nginx = new Deno.Command(findTool("nginx")!, {
     args: [
       "-p",
@@ -226,5 +299,47 @@ export async function startNginx(
     await stop();
     throw error;
   });
-  return { port, errorLog: () => nginxErrorLog(port), stop };
+  const accessLog = options.accessLog ? accessLogReader(join(dir, "access.log")) : () => [];
+  const errorLogCount = (pattern: RegExp) =>
+    Deno.readTextFileSync(join(dir, "error.log")).split("\n").filter((line) => pattern.test(line))
+      .length;
+  return { port, errorLog: () => nginxErrorLog(port), errorLogCount, handled: accessLog, stop };
+}
+
+/**
+ * A reader of an access log in {@linkcode ACCESS_LOG_FORMAT}: each call reads only what nginx
+ * wrote since the last (a test that looks often does not parse tens of thousands of lines each
+ * time, on the cores its load shares) and returns every request so far.
+ */
+function accessLogReader(path: string): () => Handled[] {
+  const handled: Handled[] = [];
+  let offset = 0;
+  return () => {
+    let bytes: Uint8Array;
+    try {
+      using file = Deno.openSync(path);
+      file.seekSync(offset, Deno.SeekMode.Start);
+      bytes = new Uint8Array(file.statSync().size - offset);
+      let read = 0;
+      while (read < bytes.length) {
+        const n = file.readSync(bytes.subarray(read));
+        if (n === null) break;
+        read += n;
+      }
+      bytes = bytes.subarray(0, read);
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return handled;
+      throw error;
+    }
+    // A line nginx is writing now may be cut short: only whole lines are read, the rest next time.
+    const whole = bytes.lastIndexOf(0x0a) + 1;
+    offset += whole;
+    for (const line of new TextDecoder().decode(bytes.subarray(0, whole)).split("\n")) {
+      if (line === "") continue;
+      const { at, ms, client, status, upstream } = JSON.parse(line);
+      const took = Math.round(ms * 1000);
+      handled.push({ startedAt: Math.round(at * 1000) - took, ms: took, client, status, upstream });
+    }
+    return handled;
+  };
 }

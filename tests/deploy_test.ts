@@ -17,6 +17,7 @@ import { findTool, toolUnavailableReason } from "./_tools.ts";
 import {
   DEPLOY,
   get,
+  hangTimeouts,
   NGINX_CONF,
   noNginx,
   serviceSettings,
@@ -136,9 +137,12 @@ Deno.test("deploy/discovery@.service restarts on failure, allows many descriptor
   assert.equal(env.TRUSTED_PROXIES, "127.0.0.1,::1");
   // Each instance listens on its own name's port, and nginx proxies to both instances.
   assert.equal(env.PORT, "%i");
-  const upstream = /upstream discovery \{([^}]*)\}/.exec(NGINX_CONF)![1]!;
-  const servers = [...upstream.matchAll(/server 127\.0\.0\.1:(\d+)/g)].map((m) => m[1]);
-  assert.deepEqual(servers, INSTANCES);
+  // Both groups: the one every request tries first and the last resort (deploy/nginx.conf).
+  for (const group of ["discovery", "discovery_last_resort"]) {
+    const upstream = new RegExp(`upstream ${group} \\{([^}]*)\\}`).exec(NGINX_CONF)![1]!;
+    const servers = [...upstream.matchAll(/server 127\.0\.0\.1:(\d+)/g)].map((m) => m[1]);
+    assert.deepEqual(servers, INSTANCES, group);
+  }
   // A request an instance does not answer goes to the other one, idempotent requests only.
   assert.match(NGINX_CONF, /proxy_next_upstream error timeout http_502 http_503;/);
   assert.doesNotMatch(NGINX_CONF, /non_idempotent/);
@@ -242,7 +246,7 @@ async function answeredBy(port: number): Promise<string> {
 
 Deno.test({
   name:
-    `nginx from deploy/nginx.conf sends a caller back to its instance the moment it answers again, and to the other while it is down${
+    `nginx from deploy/nginx.conf sends a caller to the other instance while its own is down, and answers it when the other stops the moment its own is back${
       noNginx ? ` (ignored: ${noNginx})` : ""
     }`,
   ignore: noNginx !== undefined,
@@ -259,15 +263,69 @@ Deno.test({
       // Its instance stops: nginx sends the caller to the other.
       await servers[own]!.shutdown();
       assert.equal(await answeredBy(nginx.port), names[other]);
-      // Its instance answers again: the next request is back on it, with no pause (with max_fails=1,
-      // nginx kept it out for fail_timeout and until a probe succeeded: the other answered), and
-      // the other can stop at once (with max_fails=1: 502, "no live upstreams").
+      // Its instance answers again, and the other stops at once (the rolling restart): nginx
+      // still counts its own as failed (until a probe, fail_timeout later), so its first group has
+      // no instance left, and the last resort answers from its own instance. Without
+      // @last_resort: 502, "no live upstreams", to every request until the probe.
       servers[own] = stubInstance(ports[own]!, names[own]!);
-      assert.equal(await answeredBy(nginx.port), names[own]);
       await servers[other]!.shutdown();
+      assert.equal(await answeredBy(nginx.port), names[own]);
       assert.equal(await answeredBy(nginx.port), names[own]);
     } finally {
       await nginx.stop();
+      await Promise.allSettled(servers.map((server) => server.shutdown()));
+    }
+  },
+});
+
+/** A GET through nginx on `port`: which stub answered (or nginx's status), and how long it took. */
+async function timedAnswer(port: number): Promise<{ by: string; ms: number }> {
+  const started = performance.now();
+  const by = await answeredBy(port);
+  return { by, ms: performance.now() - started };
+}
+
+Deno.test({
+  name:
+    `nginx from deploy/nginx.conf answers a hung instance's caller from the other instance after one read timeout, then at once${
+      noNginx ? ` (ignored: ${noNginx})` : ""
+    }`,
+  ignore: noNginx !== undefined,
+  async fn() {
+    const ports: [number, number] = [freePort(), freePort()];
+    const names = ["first", "second"];
+    const servers = ports.map((port, i) => stubInstance(port, names[i]!));
+    const nginx = await startNginx(ports);
+    const { readTimeoutMs } = hangTimeouts();
+    const held: Deno.Conn[] = [];
+    let hung: Deno.Listener | undefined;
+    let holding: Promise<void> | undefined;
+    try {
+      const own = names.indexOf(await answeredBy(nginx.port));
+      assert.ok(own >= 0);
+      // Its instance hangs: it accepts connections (as the kernel does for a stopped process) and
+      // never answers.
+      await servers[own]!.shutdown();
+      hung = Deno.listen({ hostname: "127.0.0.1", port: ports[own]! });
+      const listener = hung;
+      holding = (async () => {
+        for await (const conn of listener) held.push(conn);
+      })();
+      const first = await timedAnswer(nginx.port);
+      assert.equal(first.by, names[1 - own]);
+      assert.ok(first.ms >= readTimeoutMs - 100, `the first answer took ${first.ms} ms`);
+      // The next ones are not sent to the hung instance: answered at once (with max_fails=0, each
+      // waited a read timeout).
+      for (let i = 0; i < 3; i++) {
+        const next = await timedAnswer(nginx.port);
+        assert.equal(next.by, names[1 - own]);
+        assert.ok(next.ms < readTimeoutMs / 2, `answer ${i + 2} took ${next.ms} ms`);
+      }
+    } finally {
+      await nginx.stop();
+      hung?.close();
+      await holding?.catch(() => {});
+      for (const conn of held) conn.close();
       await Promise.allSettled(servers.map((server) => server.shutdown()));
     }
   },

@@ -16,27 +16,21 @@
  */
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
-import { DEPLOY, get, noNginx, serviceSettings, startNginx } from "./_nginx.ts";
+import { get, noNginx, startNginx } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
 import { AnswerCounter, getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 import { ensureNodeModules, nodeBinary } from "./_node.ts";
-import { type ServiceProcess, startService } from "./_service_process.ts";
+import type { ServiceProcess } from "./_service_process.ts";
+import { startInstance } from "./_recipe.ts";
 
-/** deploy/discovery-node@.service as shipped. */
-const NODE_UNIT = Deno.readTextFileSync(join(DEPLOY, "discovery-node@.service"));
 /** The Node LTS the recipe runs on (the older one; the test passed on 26 as well). */
 const NODE_LINE = 24;
 /** The limit with the unit's environment: the default, 60 per 60 s. */
 const LIMIT = 60;
 /** The most a caller may be admitted over the limit in one window, as for Deno: 10%. */
 const BOUND = 6;
-/** Where the unit's `StateDirectory=` is on a real machine. */
-const STATE_ROOT = "/var/lib";
 /** Answers the load gets before the first SIGKILL and after each restart, before the next. */
 const ANSWERS_PER_STEP = 100;
-/** The operator's `/etc/discovery/env`: nothing but the public URL. */
-const OPERATOR_ENV = { PUBLIC_BASE_URL: "https://discovery.example.com" };
 
 /** Why Node's recipe cannot run here (no nginx, or no Node from npm), or undefined. */
 async function unavailable(): Promise<string | undefined> {
@@ -53,37 +47,13 @@ async function unavailable(): Promise<string | undefined> {
 let node = "";
 const skip = await unavailable();
 
-/**
- * The environment systemd gives instance `port` of the unit: its `Environment=` lines with `%i` the
- * port, the state folder mapped to `stateDir`, then the operator's file.
- */
-function unitEnvironment(port: number, stateDir: string): Record<string, string> {
-  const settings = serviceSettings(NODE_UNIT);
-  const stateName = settings.get("StateDirectory")?.[0];
-  const env: Record<string, string> = {};
-  for (const line of settings.get("Environment") ?? []) {
-    const at = line.indexOf("=");
-    env[line.slice(0, at)] = line.slice(at + 1).replaceAll("%i", String(port))
-      .replaceAll(`${STATE_ROOT}/${stateName}`, stateDir);
-  }
-  return { ...env, ...OPERATOR_ENV };
-}
-
-/**
- * Instance `port` of the unit, started as systemd would start it: its `ExecStart` is
- * `node lib/node/main.ts` in the checkout (tests/deploy_test.ts checks the line), with its
- * environment.
- */
-function startInstance(
+/** Instance `port` of the Node unit, started as systemd would start it. */
+function startNodeInstance(
   port: number,
   stateDir: string,
-  extra: Record<string, string> = {},
+  env: Record<string, string> = {},
 ): Promise<ServiceProcess> {
-  return startService(
-    { ...unitEnvironment(port, stateDir), ACCESS_LOG: "false", ...extra },
-    30_000,
-    { node },
-  );
+  return startInstance(port, stateDir, { node, env });
 }
 
 /** How many of `count` requests sent one after another through `port` from `from` were admitted. */
@@ -107,7 +77,7 @@ async function restart(
 ): Promise<number> {
   instances[index]!.kill(signal);
   const code = await instances[index]!.exited;
-  instances[index] = await startInstance(port, stateDir);
+  instances[index] = await startNodeInstance(port, stateDir);
   const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
   await direct.body?.cancel();
   // It answers (this test's own address may be over its limit: the load comes from it too).
@@ -126,7 +96,7 @@ Deno.test({
     const ports: [number, number] = [freePort(), freePort()];
     const instances: ServiceProcess[] = [];
     try {
-      for (const port of ports) instances.push(await startInstance(port, stateDir));
+      for (const port of ports) instances.push(await startNodeInstance(port, stateDir));
       const nginx = await startNginx(ports);
       try {
         await t.step("100 requests one after another from one caller", async () => {
@@ -197,12 +167,12 @@ Deno.test({
       // reach the instances directly.
       const port = freePort();
       const onePort = { PORT: String(port), REUSE_PORT: "true" };
-      const old = await startInstance(port, stateDir, onePort);
+      const old = await startNodeInstance(port, stateDir, onePort);
       let fresh: ServiceProcess | undefined;
       try {
         const before = await admitted(port, "127.0.0.4", 40);
         assert.equal(before, 40);
-        fresh = await startInstance(port, stateDir, onePort);
+        fresh = await startNodeInstance(port, stateDir, onePort);
         old.kill("SIGTERM");
         assert.equal(await old.exited, 0);
         const after = await admitted(port, "127.0.0.4", 60);

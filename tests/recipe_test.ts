@@ -14,13 +14,12 @@
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { request as httpRequest } from "node:http";
-import { join } from "node:path";
-import { get, nginxErrorLog, noNginx, serviceSettings, startNginx, UNIT } from "./_nginx.ts";
+import { get, nginxErrorLog, noNginx, startNginx } from "./_nginx.ts";
 import { freePort } from "./_redis.ts";
-import { type ServiceProcess, startService } from "./_service_process.ts";
+import type { ServiceProcess } from "./_service_process.ts";
+import { startInstance } from "./_recipe.ts";
 import { checkControls, checkReportMode } from "./_controls.ts";
 
-const ROOT = join(import.meta.dirname!, "..");
 /** The limit with the unit's environment: the default, 60 per 60 s. */
 const LIMIT = 60;
 /**
@@ -28,53 +27,6 @@ const LIMIT = 60;
  * to pick": 10% of the default limit).
  */
 const BOUND = 6;
-/** Where the unit's `StateDirectory=` is on a real machine. */
-const STATE_ROOT = "/var/lib";
-
-/** The operator's `/etc/discovery/env`: nothing but the public URL. */
-const OPERATOR_ENV = { PUBLIC_BASE_URL: "https://discovery.example.com" };
-
-/**
- * The environment systemd gives instance `port` of the unit: its `Environment=` lines with `%i` the
- * port, the state folder mapped to `stateDir`, then the operator's file.
- */
-function unitEnvironment(port: number, stateDir: string): Record<string, string> {
-  const settings = serviceSettings(UNIT);
-  const stateName = settings.get("StateDirectory")?.[0];
-  const env: Record<string, string> = {};
-  for (const line of settings.get("Environment") ?? []) {
-    for (const pair of line.split(/\s+/)) {
-      const at = pair.indexOf("=");
-      const value = pair.slice(at + 1).replaceAll("%i", String(port));
-      env[pair.slice(0, at)] = stateName === undefined
-        ? value
-        : value.replaceAll(`${STATE_ROOT}/${stateName}`, stateDir);
-    }
-  }
-  return { ...env, ...OPERATOR_ENV };
-}
-
-/**
- * The permission and unstable flags of deno.json's `compile` task (what the binary carries), the
- * state folder mapped to `stateDir`; reading also this checkout, whose `static/` the binary embeds.
- */
-function compileFlags(stateDir: string): string[] {
-  const task = JSON.parse(Deno.readTextFileSync(join(ROOT, "deno.json"))).tasks.compile as string;
-  const flags = task.split(/\s+/).filter((flag) => /^--(allow-|unstable-|v8-flags=)/.test(flag))
-    .map((flag) => flag.replaceAll(`${STATE_ROOT}/discovery`, stateDir));
-  return flags.map((flag) => flag.startsWith("--allow-read=") ? `${flag},${ROOT}` : flag);
-}
-
-/** Instance `port` of the unit, started as systemd would start it. */
-function startInstance(port: number, stateDir: string, extra: Record<string, string> = {}) {
-  return startService(
-    { ...unitEnvironment(port, stateDir), ACCESS_LOG: "false", ...extra },
-    30_000,
-    {
-      flags: compileFlags(stateDir),
-    },
-  );
-}
 
 /** How many of `count` requests sent one after another through `port` from `from` were admitted. */
 async function admitted(port: number, from: string, count: number): Promise<number> {
@@ -133,12 +85,12 @@ Deno.test({
       // reach the instances directly, so the peer address is the caller.
       const port = freePort();
       const onePort = { PORT: String(port), REUSE_PORT: "true" };
-      const old = await startInstance(port, stateDir, onePort);
+      const old = await startInstance(port, stateDir, { env: onePort });
       let fresh: ServiceProcess | undefined;
       try {
         const before = await admitted(port, "127.0.0.4", 40);
         assert.equal(before, 40);
-        fresh = await startInstance(port, stateDir, onePort);
+        fresh = await startInstance(port, stateDir, { env: onePort });
         old.kill("SIGTERM");
         assert.equal(await old.exited, 0);
         const after = await admitted(port, "127.0.0.4", 60);
@@ -238,7 +190,9 @@ Deno.test({
       const ports: [number, number] = [freePort(), freePort()];
       const instances: ServiceProcess[] = [];
       try {
-        for (const port of ports) instances.push(await startInstance(port, stateDir, file));
+        for (const port of ports) {
+          instances.push(await startInstance(port, stateDir, { env: file }));
+        }
         const nginx = await startNginx(ports);
         // nginx replaces X-Forwarded-For with the peer it saw: the test's callers come from loopback
         // addresses of their own, through a tiny relay.
