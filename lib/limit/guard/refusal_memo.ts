@@ -26,7 +26,7 @@
  * @module
  */
 
-import { type Decision, withResetMs } from "../core/decision.ts";
+import type { Decision } from "../core/decision.ts";
 
 /** Most refused callers a {@linkcode RefusalMemo} remembers at once. */
 export const MAX_REFUSALS = 10_000;
@@ -50,12 +50,11 @@ export interface RefusalMemoOptions {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { withResetMs } from "../core/decision.ts";
  * const memo = new RefusalMemo();
- * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
+ * const refused = { allowed: false, remaining: 0, resetSeconds: 2, resetMs: 1500 };
  * memo.remember("192.0.2.1", 1000, refused); // the call started at 1000 (steady clock, ms)
  * const again = memo.recall("192.0.2.1", 1600);
- * assert.deepEqual(again, { allowed: false, remaining: 0, resetSeconds: 1 });
+ * assert.deepEqual(again, { allowed: false, remaining: 0, resetSeconds: 1, resetMs: 900 });
  * assert.equal(memo.recall("192.0.2.1", 2500), undefined); // 1500 ms after the call started
  * ```
  */
@@ -107,9 +106,6 @@ export class RefusalMemo {
       return undefined;
     }
     const left = until.reset - now;
-    return withResetMs(
-      { allowed: false, remaining: 0, resetSeconds: Math.ceil(left / 1000) },
-      left,
-    );
+    return { allowed: false, remaining: 0, resetSeconds: Math.ceil(left / 1000), resetMs: left };
   }
 }

@@ -146,6 +146,27 @@ Deno.test(`the memo holds at most ${MAX_REFUSALS} callers: a spray of refused ca
   assert.equal(memo.recall("b", 0), undefined);
 });
 
+Deno.test("a decision copied by whatever wraps the store (a spread, a structured clone, JSON) still feeds the memo", async () => {
+  const copies: Array<[string, (d: Decision) => Decision]> = [
+    ["spread", (d) => ({ ...d })],
+    ["structuredClone", (d) => structuredClone(d)],
+    ["JSON", (d) => JSON.parse(JSON.stringify(d))],
+  ];
+  for (const [name, copy] of copies) {
+    const store = new ClockedStore();
+    const copying: RateLimitStore = {
+      hit: (key) => copy(store.hit(key)),
+      peek: (key) => copy(store.peek(key)),
+      close() {},
+    };
+    const guard = new GuardedStore(copying, { policy: POLICY, timeoutMs: 100, onError: "open" });
+    for (let i = 0; i < 61; i++) await guard.hit("192.0.2.7", 0);
+    for (let i = 0; i < 100; i++) assert.equal((await guard.hit("192.0.2.7", 0)).allowed, false);
+    assert.equal(store.calls, 61, `${name}: the refusal answered from memory`);
+    assert.equal(guard.answeredFromMemory, 100, name);
+  }
+});
+
 const skip = redisUnavailableReason();
 
 /**
@@ -248,7 +269,8 @@ Deno.test("Deno KV, exact: a refused caller is answered from memory without a KV
       assert.equal((await store.hit("192.0.2.11", Date.now())).allowed, true);
     }
     const refused = await store.hit("192.0.2.11", Date.now());
-    assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 60 });
+    assert.deepEqual(fields(refused), { allowed: false, remaining: 0, resetSeconds: 60 });
+    assert.ok(refused.resetMs! > 59_000 && refused.resetMs! <= 60_000, `${refused.resetMs} ms`);
     for (let i = 0; i < 100; i++) {
       assert.deepEqual(fields(await store.hit("192.0.2.11", Date.now())), fields(refused));
     }
