@@ -207,7 +207,7 @@ export class GuardedStore implements RateLimitStore {
       : new RefusalMemo({ ...options.memo, clockRate: options.storeClockRate ?? 0 });
     this.#flights = this.#memo === undefined || options.mergeInFlight === false
       ? undefined
-      : new CallsInFlight(this.#memo);
+      : new CallsInFlight(this.#memo, { waitMs: options.timeoutMs, clock: () => this.#steady() });
     this.#steady = options.steadyClock ?? (() => performance.now());
     const { limit, windowMs } = options.policy;
     // A caller with nothing counted: the whole quota over the whole window, never `t=0`.

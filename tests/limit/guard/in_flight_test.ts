@@ -244,21 +244,47 @@ Deno.test("over random interleavings of requests, answers and time, nothing is a
   assert.ok(waited > 100 && fromMemory > 100, `${waited} waits, ${fromMemory} from memory`);
 });
 
-Deno.test("CallsInFlight: a request waits only while a call of its caller is in flight and the caller is likely refused", () => {
+Deno.test("CallsInFlight: a request waits only while a call of its caller is in flight, sent within waitMs, and the caller is likely refused", () => {
   const memo = new RefusalMemo({ random: () => 0 });
-  const flights = new CallsInFlight(memo);
+  let now = 0;
+  const flights = new CallsInFlight(memo, { waitMs: 100, clock: () => now });
   const refused = { allowed: false, remaining: 0, resetSeconds: 60, resetMs: 60_000 };
   memo.remember("a", 0, refused);
-  assert.equal(flights.mustWait("a", MEMO_HOLD_MS), false, "nothing in flight");
+  now = MEMO_HOLD_MS;
+  assert.equal(flights.mustWait("a", now), false, "nothing in flight");
   flights.sent("a");
-  assert.equal(flights.mustWait("a", MEMO_HOLD_MS), true);
-  assert.equal(flights.mustWait("b", MEMO_HOLD_MS), false, "another caller");
-  // Likely refused until a hold after the refusal's own end; then no longer.
-  assert.equal(flights.mustWait("a", 60_000 + MEMO_HOLD_MS - 1), true);
-  assert.equal(flights.mustWait("a", 60_000 + MEMO_HOLD_MS), false);
+  assert.equal(flights.mustWait("a", now), true);
+  assert.equal(flights.mustWait("a", now + 99), true);
+  assert.equal(flights.mustWait("a", now + 100), false, "sent 100 ms ago: no longer waited for");
+  assert.equal(flights.mustWait("b", now), false, "another caller");
   flights.answered("a");
-  assert.equal(flights.mustWait("a", 0), false);
+  assert.equal(flights.mustWait("a", now), false);
+  // Likely refused until a hold after the refusal's own end; then no longer.
+  now = 60_000 + MEMO_HOLD_MS - 1;
+  flights.sent("a");
+  assert.equal(flights.mustWait("a", now), true);
+  assert.equal(flights.mustWait("a", 60_000 + MEMO_HOLD_MS), false);
   assert.ok(MEMO_SPREAD_MS < MEMO_HOLD_MS);
+});
+
+Deno.test("CallsInFlight: a call that never answers (its request cancelled) holds a waiter waitMs at most, and is forgotten", async () => {
+  const memo = new RefusalMemo();
+  const flights = new CallsInFlight(memo, { waitMs: 50, clock: () => performance.now() });
+  memo.remember("a", performance.now(), { allowed: true, remaining: 0, resetSeconds: 60 });
+  flights.sent("a"); // never answered
+  assert.equal(flights.mustWait("a", performance.now()), true);
+  const started = performance.now();
+  await flights.next("a");
+  const waited = performance.now() - started;
+  assert.ok(waited >= 40 && waited < 1000, `woken by its own timer after ${waited} ms`);
+  assert.equal(flights.mustWait("a", performance.now()), false, "the lost call is not waited for");
+  // The next call is waited for as any; the lost one is pruned as calls are sent.
+  flights.sent("a");
+  assert.equal(flights.mustWait("a", performance.now()), true);
+  const woken = flights.next("a");
+  flights.answered("a");
+  await woken;
+  assert.equal(flights.mustWait("a", performance.now()), false);
 });
 
 const skip = redisUnavailableReason();
