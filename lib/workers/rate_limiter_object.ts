@@ -27,7 +27,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { type Decision, onTheWire, type RateLimitPolicy } from "../limit/core/decision.ts";
+import type { Decision, RateLimitPolicy } from "../limit/core/decision.ts";
 import {
   CallerLogs,
   checkDurablePolicy,
@@ -106,7 +106,7 @@ export class RateLimiterObject extends DurableObject {
       this.#write(changes);
       if (this.#alarmAt === undefined) this.#setAlarm(now + this.idleAfterMs);
     }
-    return onTheWire(decision); // a refusal's exact reset too: the isolate answers it from memory
+    return decision; // a refusal's exact reset (`resetMs`) too: the isolate answers it from memory
   }
 
   /** Reports `key`'s state now without counting anything. */

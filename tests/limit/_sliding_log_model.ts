@@ -21,8 +21,8 @@ import {
   resetSecondsOf,
 } from "../../lib/limit/core/decision.ts";
 
-/** What the store answers, without the optional fields. */
-type Answer = Pick<Decision, "allowed" | "remaining" | "resetSeconds">;
+/** What the store answers: a refusal with its exact reset in ms, nothing else optional. */
+type Answer = Pick<Decision, "allowed" | "remaining" | "resetSeconds" | "resetMs">;
 
 /** A sliding log per caller, with every state a sweep may have left (see the module comment). */
 export class SlidingLogModel {
@@ -110,18 +110,23 @@ export class SlidingLogModel {
     }
     const allowed = live.length < limit;
     const oldest = allowed ? Math.min(live[0] ?? now, now) : live[0]!;
-    return {
+    const answer = {
       allowed,
       remaining: allowed ? limit - live.length - 1 : 0,
       resetSeconds: resetSecondsOf(oldest, now, this.#windowMs),
     };
+    return allowed ? answer : { ...answer, resetMs: Math.max(0, oldest + this.#windowMs - now) };
   }
 }
 
-/** Whether the store's answer `b` is exactly `a` (no other field, `-0` is not `0`). */
+/**
+ * Whether the store's answer `b` is exactly `a`: a refusal's `resetMs` too, and no other field
+ * (`-0` is not `0`).
+ */
 function sameAnswer(a: Answer, b: Answer): boolean {
   return a.allowed === b.allowed && a.remaining === b.remaining &&
-    Object.is(a.resetSeconds, b.resetSeconds) && Object.keys(b).length === 3;
+    Object.is(a.resetSeconds, b.resetSeconds) && Object.is(a.resetMs, b.resetMs) &&
+    Object.keys(b).length === Object.keys(a).length;
 }
 
 /** `logs` without repeats. */

@@ -34,10 +34,12 @@ const ok = (remaining: number, resetSeconds: number): Decision => ({
   remaining,
   resetSeconds,
 });
-const refused = (resetSeconds: number): Decision => ({
+/** A hit's refusal carries its exact reset in ms (`resetMs`, what the memo holds it by); a peek's none. */
+const refused = (resetSeconds: number, resetMs?: number): Decision => ({
   allowed: false,
   remaining: 0,
   resetSeconds,
+  ...(resetMs === undefined ? {} : { resetMs }),
 });
 
 const CASES: Case[] = [
@@ -55,7 +57,7 @@ const CASES: Case[] = [
       ["hit", "a", 0, ok(2, 10)],
       ["hit", "a", 1000, ok(1, 9)],
       ["hit", "a", 2000, ok(0, 8)],
-      ["hit", "a", 3000, refused(7)],
+      ["hit", "a", 3000, refused(7, 7000)],
     ],
   },
   {
@@ -64,7 +66,7 @@ const CASES: Case[] = [
       ["hit", "a", 0, ok(2, 10)],
       ["hit", "a", 0, ok(1, 10)],
       ["hit", "a", 0, ok(0, 10)],
-      ["hit", "a", 0, refused(10)],
+      ["hit", "a", 0, refused(10, 10_000)],
     ],
   },
   {
@@ -73,8 +75,8 @@ const CASES: Case[] = [
       ["hit", "a", 0, ok(2, 10)],
       ["hit", "a", 1000, ok(1, 9)],
       ["hit", "a", 2000, ok(0, 8)],
-      ["hit", "a", 3000, refused(7)],
-      ["hit", "a", 9000, refused(1)],
+      ["hit", "a", 3000, refused(7, 7000)],
+      ["hit", "a", 9000, refused(1, 1000)],
       // Only the request at 0 has left: had the refusals counted, this would be refused too.
       ["hit", "a", 10_001, ok(0, 1)],
     ],
@@ -85,7 +87,7 @@ const CASES: Case[] = [
       ["hit", "a", 0, ok(2, 10)],
       ["hit", "a", 0, ok(1, 10)],
       ["hit", "a", 0, ok(0, 10)],
-      ["hit", "a", 9999, refused(1)],
+      ["hit", "a", 9999, refused(1, 1)],
       ["hit", "a", 10_000, ok(2, 10)],
     ],
   },
@@ -112,7 +114,7 @@ const CASES: Case[] = [
       ["hit", "a", 0, ok(1, 10)],
       ["hit", "a", 0, ok(0, 10)],
       ["hit", "b", 0, ok(2, 10)],
-      ["hit", "a", 1, refused(10)],
+      ["hit", "a", 1, refused(10, 9999)],
       ["peek", "b", 1, ok(2, 10)],
     ],
   },

@@ -7,17 +7,22 @@
  * go through an object that answers late or fails, `ns=MIXED&fail=F&fault=SLOW|BROKEN` through
  * the real objects except caller F's, which is late or fails (one overloaded object beside healthy
  * ones); `on_error=open|closed` and `timeout_ms` set the failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
- * times decisions inside the Worker (the figures of lib/limit/README.md).
+ * times decisions inside the Worker (the figures of lib/limit/README.md). `GET /calls?key=K` says
+ * how many `hit` calls this isolate sent to caller K's object; `memo=before` decides through the
+ * guard as it was before its memo had a bound (a refusal held to its end, no request waiting for
+ * another's call), `memo=unmerged` with the bound but no waiting: the benchmark's references;
+ * `status=1` answers with a status only (200, 429, or 503 for the failure policy's answer).
  *
  * @module
  */
 
 import {
   createDurableObjectStore,
+  DurableObjectStore,
   type RateLimiterNamespace,
   type RateLimiterStub,
 } from "../../lib/limit/durable_object/durable_object_store.ts";
-import type { GuardedStore, StoreFailurePolicy } from "../../lib/limit/guard/guarded_store.ts";
+import { GuardedStore, type StoreFailurePolicy } from "../../lib/limit/guard/guarded_store.ts";
 import { RateLimiterObject as ShippedObject } from "../../lib/workers/rate_limiter_object.ts";
 import type { Decision, RateLimitPolicy } from "../../lib/limit/core/decision.ts";
 
@@ -71,6 +76,44 @@ interface Env {
 /** One store per binding and policy, kept for the isolate's life as the service keeps its own. */
 const stores = new Map<string, GuardedStore>();
 
+/** The `hit` calls this isolate sent to the real objects, per caller key. */
+const objectCalls = new Map<string, number>();
+
+/** `namespace`, its stubs' `hit` calls counted in {@linkcode objectCalls}. */
+function counted(namespace: RateLimiterNamespace): RateLimiterNamespace {
+  return {
+    idFromName: (name) => namespace.idFromName(name),
+    get: (id) => {
+      const stub = namespace.get(id);
+      return {
+        hit: (key, policy) => {
+          objectCalls.set(key, (objectCalls.get(key) ?? 0) + 1);
+          return stub.hit(key, policy);
+        },
+        peek: (key, policy) => stub.peek(key, policy),
+      };
+    },
+  };
+}
+
+/**
+ * The guard of a benchmark's reference over `namespace`: `before`, a refusal held to its end and
+ * no request waiting for another's call; `unmerged`, the shipped bound without the waiting.
+ */
+function reference(
+  namespace: RateLimiterNamespace,
+  memo: "before" | "unmerged",
+  options: { policy: RateLimitPolicy; timeoutMs: number; onError: StoreFailurePolicy },
+): GuardedStore {
+  const store = new DurableObjectStore(namespace, options.policy);
+  return new GuardedStore(store, {
+    ...options,
+    failureScope: (key) => store.objectName(key),
+    mergeInFlight: false,
+    ...(memo === "before" ? { memo: { holdMs: options.policy.windowMs, spreadMs: 0 } } : {}),
+  });
+}
+
 /**
  * The real objects, except `failing`'s, which is `faulty`'s (late or failing): one overloaded
  * object in a namespace of healthy ones.
@@ -93,15 +136,20 @@ function storeOf(env: Env, url: URL): GuardedStore {
   const timeoutMs = Number(url.searchParams.get("timeout_ms") ?? "1000");
   const failing = url.searchParams.get("fail") ?? "";
   const fault = url.searchParams.get("fault") === "SLOW" ? "SLOW" : "BROKEN";
-  const id = `${ns} ${onError} ${timeoutMs} ${failing} ${fault}`;
+  const memo = url.searchParams.get("memo");
+  const id = `${ns} ${onError} ${timeoutMs} ${failing} ${fault} ${memo}`;
   let store = stores.get(id);
   if (store === undefined) {
     const policy = { limit: Number(env.LIMIT), windowMs: Number(env.WINDOW_SECONDS) * 1000 };
     const namespace = ns === "MIXED"
       ? mixed(env, failing, env[fault])
-      : env[ns as "RATE_LIMITER" | "SLOW" | "BROKEN"];
+      : ns === "RATE_LIMITER"
+      ? counted(env.RATE_LIMITER as RateLimiterNamespace)
+      : env[ns as "SLOW" | "BROKEN"];
     const shards = env.SHARDS === undefined ? {} : { shards: Number(env.SHARDS) };
-    store = createDurableObjectStore(namespace, { policy, timeoutMs, onError, ...shards });
+    store = memo === "before" || memo === "unmerged"
+      ? reference(namespace, memo, { policy, timeoutMs, onError })
+      : createDurableObjectStore(namespace, { policy, timeoutMs, onError, ...shards });
     stores.set(id, store);
   }
   return store;
@@ -115,6 +163,7 @@ export default {
       const name = url.searchParams.get("name") ?? key;
       return Response.json(await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(name)).usage());
     }
+    if (url.pathname === "/calls") return Response.json({ calls: objectCalls.get(key) ?? 0 });
     const store = storeOf(env, url);
     if (url.pathname === "/many") return Response.json({ ms: await timed(store, url, key) });
     const started = performance.now();
@@ -122,7 +171,12 @@ export default {
     const promise = result instanceof Promise;
     const decision = await result;
     const ms = performance.now() - started;
-    return Response.json({ decision, byPolicy: store.answeredByPolicy(decision), promise, ms });
+    const byPolicy = store.answeredByPolicy(decision);
+    if (url.searchParams.has("status")) {
+      // For a load tester that counts statuses: 200 admitted, 429 refused, 503 the policy's answer.
+      return new Response(null, { status: byPolicy ? 503 : decision.allowed ? 200 : 429 });
+    }
+    return Response.json({ decision, byPolicy, promise, ms });
   },
 };
 

@@ -35,12 +35,14 @@ export interface Decision {
   /**
    * On a refusal by the sliding log: the milliseconds until the oldest counted request leaves the
    * window, by the clock that decided (`resetSeconds` is it rounded up). The refusal holds that long
-   * whatever other instances do (they can only add hits), so an instance may answer the caller from
-   * memory until then (`guard/refusal_memo.ts`). Not enumerable ({@linkcode withResetMs}): it is
-   * no header field, and a decision compares, logs and serializes as its four fields. Absent on
-   * admissions and on the failure policy's answers.
+   * unless the store forgets, so an instance may answer the caller from memory for a bounded part
+   * of it (`guard/refusal_memo.ts`). An ordinary field, so that every copy keeps it: a spread, a
+   * wrapper, a structured clone (a Durable Object's RPC answer). Nothing the service writes is
+   * built from a whole decision: the header fields name `remaining` and `resetSeconds`
+   * ({@linkcode rateLimitFields}), the response cache keys on them, the access log and the metric
+   * on the outcome. Absent on admissions and on the failure policy's answers.
    */
-  readonly resetMs?: number;
+  resetMs?: number;
 }
 
 /**
@@ -69,6 +71,15 @@ export function resetSecondsOf(oldest: number, now: number, windowMs: number): n
  * stepped back behind `oldest`.
  *
  * @returns the decision; the caller adds `now` to its log when `allowed`
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const policy = { limit: 2, windowMs: 60_000 };
+ * assert.deepEqual(decide(1, 0, 500, policy), { allowed: true, remaining: 0, resetSeconds: 60 });
+ * // A refusal carries its exact reset in ms, an ordinary field that every copy keeps.
+ * const refused = decide(2, 0, 500, policy);
+ * assert.deepEqual({ ...refused }, { allowed: false, remaining: 0, resetSeconds: 60, resetMs: 59_500 });
+ * ```
  */
 export function decide(
   count: number,
@@ -85,42 +96,7 @@ export function decide(
     };
   }
   const resetMs = Math.max(0, (oldest ?? now) + policy.windowMs - now);
-  return withResetMs(
-    { allowed: false, remaining: 0, resetSeconds: Math.ceil(resetMs / 1000) },
-    resetMs,
-  );
-}
-
-/**
- * `refusal` with its exact {@linkcode Decision.resetMs}, as a property that is not enumerable: a
- * spread, `JSON.stringify` and `assert.deepEqual` see the four fields only. An RPC (structured
- * clone) drops it: a Durable Object sends it as a field of its own.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
- * assert.equal(refused.resetMs, 1500);
- * assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 2 });
- * ```
- */
-export function withResetMs(refusal: Decision, resetMs: number): Decision {
-  return Object.defineProperty(refusal, "resetMs", { value: resetMs, enumerable: false });
-}
-
-/**
- * `decision` as an RPC sends it (a Durable Object's answer): its {@linkcode Decision.resetMs} as a
- * field of its own, which a structured clone keeps.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
- * assert.deepEqual(structuredClone(onTheWire(refused)), { ...refused, resetMs: 1500 });
- * ```
- */
-export function onTheWire(decision: Decision): Decision {
-  return decision.resetMs === undefined ? decision : { ...decision, resetMs: decision.resetMs };
+  return { allowed: false, remaining: 0, resetSeconds: Math.ceil(resetMs / 1000), resetMs };
 }
 
 /**

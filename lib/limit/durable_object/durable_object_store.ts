@@ -22,12 +22,7 @@
  * @module
  */
 
-import {
-  type Decision,
-  type RateLimitPolicy,
-  type RateLimitStore,
-  withResetMs,
-} from "../core/decision.ts";
+import type { Decision, RateLimitPolicy, RateLimitStore } from "../core/decision.ts";
 import {
   GuardedStore,
   type StoreFailurePolicy,
@@ -207,6 +202,6 @@ function checkedDecision(value: unknown, policy: RateLimitPolicy): Decision {
   const resetMs = d.resetMs;
   return !d.allowed && typeof resetMs === "number" && resetMs > 0 && resetMs <= policy.windowMs &&
       Math.ceil(resetMs / 1000) === d.resetSeconds
-    ? withResetMs(decision, resetMs)
+    ? { ...decision, resetMs }
     : decision;
 }

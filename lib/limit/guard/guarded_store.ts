@@ -22,8 +22,9 @@
  * the objects called (and 5 calls failed): one overloaded object, however many of its calls fail,
  * never switches the other objects' callers.
  *
- * In front of it all, the store's refusals are answered from memory until they end
- * ({@linkcode RefusalMemo}): no call, no failure to count.
+ * In front of it all, the store's refusals are answered from memory for a few seconds at most,
+ * never past their end ({@linkcode RefusalMemo}): no call, no failure to count; and the requests
+ * of a caller likely refused wait for the one call in flight for it ({@linkcode CallsInFlight}).
  *
  * The timeout times the store's answer, not the event loop's queue: a timer that fires more than
  * {@linkcode LOOP_LAG_TOLERANCE_MS} late found the loop busy, and an answer that arrived meanwhile
@@ -45,7 +46,8 @@ import {
   type RateLimitPolicy,
   type RateLimitStore,
 } from "../core/decision.ts";
-import { RefusalMemo } from "./refusal_memo.ts";
+import { RefusalMemo, type RefusalMemoOptions } from "./refusal_memo.ts";
+import { CallsInFlight } from "./in_flight.ts";
 import { raceTimer } from "../../timer.ts";
 import { namedMessageOf } from "../../text/error_message.ts";
 
@@ -98,8 +100,12 @@ export interface GuardOptions {
    * (Durable Objects); omitted, every failure is the whole store's (one server: Redis, Deno KV).
    */
   failureScope?: (key: string) => string;
-  /** Answers the store's refusals from memory until they end (default true). */
+  /** Answers the store's refusals from memory for a few seconds at most (default true). */
   memoRefusals?: boolean;
+  /** The memo's hold, spread and randomness (defaults: `refusal_memo.ts`; tests, benchmarks). */
+  memo?: Pick<RefusalMemoOptions, "holdMs" | "spreadMs" | "random">;
+  /** Lets a likely refused caller's requests wait for its one call in flight (default true). */
+  mergeInFlight?: boolean;
   /** The steady clock the memo of refusals runs by, in ms (default `performance.now`). */
   steadyClock?: () => number;
   /** How much faster than the steady clock the store's clock may run (see `RefusalMemoOptions`). */
@@ -171,6 +177,7 @@ export class GuardedStore implements RateLimitStore {
   readonly #scopeOf: ((key: string) => string) | undefined;
   readonly #objects: ObjectBreakers | undefined;
   readonly #memo: RefusalMemo | undefined;
+  readonly #flights: CallsInFlight | undefined;
   readonly #steady: () => number;
   #fromMemory = 0;
   #byObject = 0;
@@ -197,7 +204,10 @@ export class GuardedStore implements RateLimitStore {
     this.#objects = this.#scopeOf === undefined ? undefined : new ObjectBreakers(breaker);
     this.#memo = options.memoRefusals === false
       ? undefined
-      : new RefusalMemo({ clockRate: options.storeClockRate ?? 0 });
+      : new RefusalMemo({ ...options.memo, clockRate: options.storeClockRate ?? 0 });
+    this.#flights = this.#memo === undefined || options.mergeInFlight === false
+      ? undefined
+      : new CallsInFlight(this.#memo, { waitMs: options.timeoutMs, clock: () => this.#steady() });
     this.#steady = options.steadyClock ?? (() => performance.now());
     const { limit, windowMs } = options.policy;
     // A caller with nothing counted: the whole quota over the whole window, never `t=0`.
@@ -228,6 +238,11 @@ export class GuardedStore implements RateLimitStore {
   /** Requests refused from memory (the store's refusal still holding): no store call. */
   get answeredFromMemory(): number {
     return this.#fromMemory;
+  }
+
+  /** Times a request of a likely refused caller waited for the call in flight for it. */
+  get waitedInFlight(): number {
+    return this.#flights?.waits ?? 0;
   }
 
   /** Requests answered by the policy because their own object's breaker was open. */
@@ -263,6 +278,9 @@ export class GuardedStore implements RateLimitStore {
       this.#fromMemory++;
       return memo;
     }
+    const flights = this.#flights;
+    if (flights?.mustWait(key, sent)) return flights.next(key).then(() => this.hit(key, now));
+    flights?.sent(key);
     const result = this.#call(key, () => this.#store.hit(key, now), this.#hitFallback);
     return pending(result)
       ? Promise.resolve(result).then((decision) => this.#remember(key, now, sent, decision))
@@ -270,13 +288,18 @@ export class GuardedStore implements RateLimitStore {
   }
 
   /**
-   * Keeps the store's own decisions for {@linkcode peek}, and its refusals for the memo (from
-   * `sent`, when the call started); the failure policy's say nothing.
+   * Keeps the store's own decisions for {@linkcode peek} and the memo (from `sent`, when the call
+   * started); the failure policy's say nothing, and release the requests waiting on this caller.
+   * Then wakes those waiting for this call.
    */
   #remember(key: string, now: number, sent: number, decision: Decision): Decision {
-    if (this.answeredByPolicy(decision)) return decision;
-    this.#memo?.remember(key, sent, decision);
-    return this.#seen.remember(key, now, decision);
+    if (this.answeredByPolicy(decision)) this.#memo?.release(key, this.#steady());
+    else {
+      this.#memo?.remember(key, sent, decision);
+      this.#seen.remember(key, now, decision);
+    }
+    this.#flights?.answered(key);
+    return decision;
   }
 
   /**

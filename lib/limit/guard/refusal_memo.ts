@@ -1,23 +1,40 @@
 /**
  * Refusals answered from memory: a caller that a shared store (Redis, Deno KV or a Durable Object,
- * in `exact`) refused is refused again by this instance, with the same fields, without a store call,
- * until its oldest counted request leaves the window.
+ * in `exact`) refused is refused again by this instance, with the store's fields counted down,
+ * without a store call, for a few seconds at most ({@linkcode MEMO_HOLD_MS}) and never past the
+ * refusal's own end (its oldest counted request leaving the window).
  *
- * Why that is exact: a refusal counts nothing, and other instances can only add hits to the
- * caller's log, never remove one, so the count stays at the limit until the oldest counted hit
- * leaves the window: `resetMs` after the store decided ({@linkcode Decision.resetMs}). The store
- * decided at some instant between the call's start and its answer, so the memo holds from the
- * call's start, by this instance's steady clock (`performance.now()`, which no step of the wall
- * clock moves; on workerd it is `Date.now()`, `timeOrigin` 0, measured: the clock the object
- * decides by too): it ends at or before the store's refusal does, however long the round trip took,
- * and whatever the store's clock reads (Redis `TIME`, the object's clock). At the exact instant
- * it ends, the store is asked again. Its answers count down as the store's would: `remaining` 0,
- * `resetSeconds` the milliseconds left rounded up, `Retry-After` the same.
+ * Why a refusal may be believed at all: a refusal counts nothing, and other instances can only add
+ * hits to the caller's log, so the count stays at the limit until the oldest counted hit leaves
+ * the window: `resetMs` after the store decided ({@linkcode Decision.resetMs}). Why only for a few
+ * seconds: a store can also forget (an operator deleting the caller's key to unblock it, an
+ * eviction, a failover that loses writes, a Redis restarted empty), and then a refusal held to its
+ * end would refuse, for up to a window, a caller that a fresh instance admits. So each refusal is
+ * held at most {@linkcode MEMO_HOLD_MS} from when its call was sent; then the store is asked again.
+ * A store that forgets is believed within that bound (and the next call's round trip), and a
+ * refused caller costs each instance at most one store call per hold.
  *
- * A store whose deciding clock may run faster than the steady clock (Deno KV's stamps, slewing to
- * a step of the wall clock) is held shorter by that rate (`clockRate`). A step of the store's own
- * clock during a refusal (Redis's server clock stepped by NTP) is not seen; the store itself would
- * move every caller's window by it.
+ * Holds are spread: each is shortened by a random part of {@linkcode MEMO_SPREAD_MS}, so that
+ * isolates and instances that learned a refusal at one instant do not all ask the store (one Durable
+ * Object, one Redis key) again at one instant. A hold is only ever shortened: it ends at or before
+ * the refusal does.
+ *
+ * Which clock: the store decided at some instant between the call's start and its answer, so the
+ * memo holds from the call's start, by this instance's steady clock (`performance.now()`, which no
+ * step of the wall clock moves; on workerd it is `Date.now()`, `timeOrigin` 0, measured: the clock
+ * the object decides by too): it ends at or before the store's refusal does, however long the
+ * round trip took, and whatever the store's clock reads (Redis `TIME`, the object's clock). Its
+ * answers count down as the store's would: `remaining` 0, `resetSeconds` the milliseconds left
+ * rounded up, `Retry-After` the same. A store whose deciding clock may run faster than the steady
+ * clock (Deno KV's stamps, slewing to a step of the wall clock) is held shorter by that rate
+ * (`clockRate`). A step of the store's own clock during a refusal (Redis's server clock stepped by
+ * NTP) is not seen; the store itself would move every caller's window by it.
+ *
+ * Likely refused: once a hold has ended, and until {@linkcode MEMO_HOLD_MS} after the refusal's own
+ * end, or after an admission that left the caller nothing, the caller's next request is likely
+ * refused ({@linkcode RefusalMemo.likelyRefused}); the guard then lets one request at a time call the
+ * store for that caller and the others wait for its answer (`in_flight.ts`). It only ever decides
+ * who waits, never an answer.
  *
  * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 160 bytes each with an IPv6 /64 key,
  * measured: 1.6 MB); a new one beyond it evicts the one remembered longest ago, which only costs
@@ -26,10 +43,25 @@
  * @module
  */
 
-import { type Decision, withResetMs } from "../core/decision.ts";
+import type { Decision } from "../core/decision.ts";
 
 /** Most refused callers a {@linkcode RefusalMemo} remembers at once. */
 export const MAX_REFUSALS = 10_000;
+
+/**
+ * The longest a refusal is believed without asking the store again, in ms: a store that forgot the
+ * caller is believed within this (plus a round trip). A few seconds: short beside a window (60 s by
+ * default, a day at most), so an unblocked caller waits at most 3 s; long beside a round trip, so a
+ * refused caller hammering at 1,000 requests/s costs one store call in 2,000 to 3,000 of them.
+ */
+export const MEMO_HOLD_MS = 3000;
+
+/**
+ * How much of a hold may be cut at random, in ms: every hold is drawn from 2 s to 3 s, so the
+ * instances that learned a refusal together ask the store again over a second, not at one instant
+ * (a whole second: a thousand slots of a millisecond's call), and each asks at most once per 2 s.
+ */
+export const MEMO_SPREAD_MS = 1000;
 
 /** Options of {@linkcode RefusalMemo}. */
 export interface RefusalMemoOptions {
@@ -42,31 +74,52 @@ export interface RefusalMemoOptions {
    * clock runs at the steady clock's rate, as Redis's and a Durable Object's do between steps).
    */
   clockRate?: number;
+  /** The longest hold, in ms (default {@linkcode MEMO_HOLD_MS}; a benchmark's reference sets it). */
+  holdMs?: number;
+  /** How much of a hold may be cut at random, in ms (default {@linkcode MEMO_SPREAD_MS}). */
+  spreadMs?: number;
+  /** A random number from 0 to under 1, for the spread (default `Math.random`; tests set it). */
+  random?: () => number;
+}
+
+/** What the memo knows of one caller, as instants of the steady clock (ms). */
+interface Entry {
+  /** When the call that told it was sent: an answer to an older call changes nothing. */
+  sent: number;
+  /** Until when the refusal is answered from memory (never after `reset`). */
+  end: number;
+  /** When the store's refusal ends as it counted it: the fields count down to it. */
+  reset: number;
+  /** Until when the caller's next request is likely refused. */
+  likely: number;
 }
 
 /**
- * The refused callers of one instance, each until its refusal ends.
+ * The refused callers of one instance, each for a few seconds at most and never past its refusal.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { withResetMs } from "../core/decision.ts";
- * const memo = new RefusalMemo();
- * const refused = withResetMs({ allowed: false, remaining: 0, resetSeconds: 2 }, 1500);
+ * const memo = new RefusalMemo({ random: () => 0 }); // no spread: held the whole MEMO_HOLD_MS
+ * const refused = { allowed: false, remaining: 0, resetSeconds: 2, resetMs: 1500 };
  * memo.remember("192.0.2.1", 1000, refused); // the call started at 1000 (steady clock, ms)
- * const again = memo.recall("192.0.2.1", 1600);
- * assert.deepEqual(again, { allowed: false, remaining: 0, resetSeconds: 1 });
+ * assert.deepEqual(memo.recall("192.0.2.1", 1600), { ...refused, resetSeconds: 1, resetMs: 900 });
  * assert.equal(memo.recall("192.0.2.1", 2500), undefined); // 1500 ms after the call started
+ * // A long refusal is believed MEMO_HOLD_MS at most: then the store is asked again.
+ * memo.remember("192.0.2.2", 0, { ...refused, resetSeconds: 60, resetMs: 60_000 });
+ * assert.equal(memo.recall("192.0.2.2", MEMO_HOLD_MS - 1)?.allowed, false);
+ * assert.equal(memo.recall("192.0.2.2", MEMO_HOLD_MS), undefined);
+ * assert.equal(memo.likelyRefused("192.0.2.2", MEMO_HOLD_MS), true);
  * ```
  */
 export class RefusalMemo {
   readonly #maxCallers: number;
   readonly #rate: number;
-  /**
-   * Caller key to the steady-clock instants its refusal ends as the store counts it (the fields'
-   * count-down) and as this memo holds it (never later), oldest first.
-   */
-  readonly #until = new Map<string, { reset: number; end: number }>();
+  readonly #holdMs: number;
+  readonly #spreadMs: number;
+  readonly #random: () => number;
+  /** Caller key to what is known of it, oldest first (the eviction order). */
+  readonly #entries = new Map<string, Entry>();
 
   /** Creates an empty memo. */
   constructor(options: RefusalMemoOptions = {}) {
@@ -76,40 +129,85 @@ export class RefusalMemo {
     }
     const rate = options.clockRate ?? 0;
     if (!(rate >= 0 && rate < 1)) throw new RangeError("clockRate must be from 0 to under 1");
+    const hold = options.holdMs ?? MEMO_HOLD_MS;
+    const spread = options.spreadMs ?? MEMO_SPREAD_MS;
+    if (!(hold > 0 && spread >= 0 && spread < hold)) {
+      throw new RangeError("holdMs must be above 0, and spreadMs from 0 to under holdMs");
+    }
     this.#maxCallers = max;
     this.#rate = rate;
+    this.#holdMs = hold;
+    this.#spreadMs = spread;
+    this.#random = options.random ?? Math.random;
   }
 
   /** How many callers are remembered now (expired ones included until looked up or evicted). */
   get size(): number {
-    return this.#until.size;
+    return this.#entries.size;
   }
 
   /**
-   * Keeps `decision` when it is the store's refusal with its exact reset: `key` is refused until
-   * `startedAt + decision.resetMs` (steady clock, ms; `startedAt` is when the call was sent).
+   * Learns from the store's `decision` on `key`, whose call was sent at `sent` (steady clock, ms):
+   * a refusal with its exact reset is held from `sent` for a spread hold of at most
+   * {@linkcode MEMO_HOLD_MS}, never past `sent + resetMs`; an admission that left nothing makes the
+   * next request likely refused; any other admission forgets the caller. An answer to a call sent
+   * before the one the memo holds changes nothing.
    */
-  remember(key: string, startedAt: number, decision: Decision): void {
+  remember(key: string, sent: number, decision: Decision): void {
+    const known = this.#entries.get(key);
+    if (known !== undefined && sent < known.sent) return;
     const resetMs = decision.resetMs;
-    if (decision.allowed || resetMs === undefined || !(resetMs > 0)) return;
-    const map = this.#until;
-    map.delete(key); // re-inserted last: the eviction order is the order of remembering
-    if (map.size >= this.#maxCallers) map.delete(map.keys().next().value!);
-    map.set(key, { reset: startedAt + resetMs, end: startedAt + resetMs / (1 + this.#rate) });
+    if (!decision.allowed && resetMs !== undefined && resetMs > 0) {
+      const hold = this.#holdMs - this.#random() * this.#spreadMs;
+      const reset = sent + resetMs;
+      const end = sent + Math.min(resetMs / (1 + this.#rate), hold);
+      this.#set(key, { sent, end, reset, likely: reset + this.#holdMs });
+    } else if (decision.allowed && decision.remaining === 0) {
+      const likely = sent + decision.resetSeconds * 1000 + this.#holdMs;
+      this.#set(key, { sent, end: sent, reset: sent, likely });
+    } else if (decision.allowed) {
+      this.#entries.delete(key);
+    }
   }
 
-  /** The refusal of `key` at `now` (steady clock, ms), if it still holds; forgets it once over. */
+  /** The refusal of `key` at `now` (steady clock, ms), if it is still held. */
   recall(key: string, now: number): Decision | undefined {
-    const until = this.#until.get(key);
-    if (until === undefined) return undefined;
-    if (now >= until.end) {
-      this.#until.delete(key);
-      return undefined;
-    }
-    const left = until.reset - now;
-    return withResetMs(
-      { allowed: false, remaining: 0, resetSeconds: Math.ceil(left / 1000) },
-      left,
-    );
+    const entry = this.#live(key, now);
+    if (entry === undefined || now >= entry.end) return undefined;
+    const left = entry.reset - now;
+    return { allowed: false, remaining: 0, resetSeconds: Math.ceil(left / 1000), resetMs: left };
+  }
+
+  /**
+   * Whether `key`'s next request at `now` is likely refused: the store refused it and the hold
+   * has ended (until {@linkcode MEMO_HOLD_MS} after the refusal's end), or it was admitted with
+   * nothing left.
+   */
+  likelyRefused(key: string, now: number): boolean {
+    return this.#live(key, now) !== undefined;
+  }
+
+  /**
+   * Forgets that `key` is likely refused (the store failed to answer for it), unless a refusal is
+   * still held at `now`: the requests that waited for that answer then each ask the store.
+   */
+  release(key: string, now: number): void {
+    const entry = this.#entries.get(key);
+    if (entry !== undefined && now >= entry.end) this.#entries.delete(key);
+  }
+
+  #set(key: string, entry: Entry): void {
+    const entries = this.#entries;
+    entries.delete(key); // re-inserted last: the eviction order is the order of remembering
+    if (entries.size >= this.#maxCallers) entries.delete(entries.keys().next().value!);
+    entries.set(key, entry);
+  }
+
+  /** `key`'s entry while it says anything at `now`; forgets it once over. */
+  #live(key: string, now: number): Entry | undefined {
+    const entry = this.#entries.get(key);
+    if (entry === undefined || now < entry.likely) return entry;
+    this.#entries.delete(key);
+    return undefined;
   }
 }

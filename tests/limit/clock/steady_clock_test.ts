@@ -109,6 +109,7 @@ Deno.test("the memory store with a clock stamps by it and sweeps by it, not by t
     allowed: false,
     remaining: 0,
     resetSeconds: 50,
+    resetMs: 50_000,
   });
   assert.deepEqual(store.peek("192.0.2.1", t.wall()), {
     allowed: false,
@@ -135,6 +136,7 @@ Deno.test("the KV store with a clock stamps by it, not by the time passed", asyn
       allowed: false,
       remaining: 0,
       resetSeconds: 50,
+      resetMs: 50_000,
     });
     assert.equal((await store.peek("192.0.2.1", t.wall())).resetSeconds, 50);
   } finally {

@@ -42,11 +42,14 @@ Deno.test("decide() admits under the limit and refuses at it", () => {
     remaining: 0,
     resetSeconds: 30,
   });
+  // A refusal carries its exact reset in ms, as an ordinary field.
   assert.deepEqual(decide(60, T0, T0 + 30_000, POLICY), {
     allowed: false,
     remaining: 0,
     resetSeconds: 30,
+    resetMs: 30_000,
   });
+  assert.deepEqual(decide(60, T0, T0 + 30_500, POLICY).resetMs, 29_500);
 });
 
 Deno.test("peekDecision() reports the full quota over the whole window for a caller with nothing counted (never t=0)", () => {

@@ -140,7 +140,7 @@ Deno.test("a limit lowered under a live object keeps the newest timestamps of th
   const lowered = { limit: 2, windowMs: 60_000 };
   const { decision, changes } = logs.hit("192.0.2.1", T0 + 5_000, lowered);
   // Refused, and reset counts from the oldest of the two kept (T0 + 3 s): 58 s.
-  assert.deepEqual(decision, { allowed: false, remaining: 0, resetSeconds: 58 });
+  assert.deepEqual(decision, { allowed: false, remaining: 0, resetSeconds: 58, resetMs: 58_000 });
   assert.deepEqual(changes, []);
   // The refusal keeps the older three: an isolate still on the higher limit counts them.
   assert.equal(logs.timestamps, 5);
@@ -230,6 +230,7 @@ Deno.test("a window lengthened under a live object counts the hits it now covers
       allowed: false,
       remaining: 0,
       resetSeconds: 8,
+      resetMs: 8_000,
     });
   }
   assert.equal(logs.hit(key, T0 + 10_001, long).decision.allowed, true);

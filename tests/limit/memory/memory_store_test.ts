@@ -42,7 +42,7 @@ Deno.test("hit() rejects the 61st request in a window, and does not count it", (
     assert.equal(s.hit("a", T0 + i * 100).allowed, true, `request ${i + 1}`);
   }
   const refused = s.hit("a", T0 + 6_000);
-  assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 54 });
+  assert.deepEqual(refused, { allowed: false, remaining: 0, resetSeconds: 54, resetMs: 54_000 });
   // Refusals are not counted: once the oldest leaves, exactly one more is admitted.
   for (let i = 0; i < 100; i++) s.hit("a", T0 + 6_001 + i);
   assert.equal(s.hit("a", T0 + 60_000).allowed, true);
@@ -53,7 +53,12 @@ Deno.test("hit() admits again exactly when the oldest counted request leaves the
   const s = store({ limit: 2, windowMs: 10_000 });
   s.hit("a", T0);
   s.hit("a", T0 + 4_000);
-  assert.deepEqual(s.hit("a", T0 + 9_999), { allowed: false, remaining: 0, resetSeconds: 1 });
+  assert.deepEqual(s.hit("a", T0 + 9_999), {
+    allowed: false,
+    remaining: 0,
+    resetSeconds: 1,
+    resetMs: 1,
+  });
   // At T0 + window the first request is out (the window is (now - w, now]).
   assert.deepEqual(s.hit("a", T0 + 10_000), { allowed: true, remaining: 0, resetSeconds: 4 });
   assert.equal(s.hit("a", T0 + 10_001).allowed, false);
@@ -421,6 +426,7 @@ Deno.test("record() keeps a caller's newest `limit` times: another instance's hi
     allowed: false,
     remaining: 0,
     resetSeconds: 52,
+    resetMs: 52_000,
   });
   assert.equal(s.hit("192.0.2.9", T0 + 62_001).allowed, true, "the third newest left at 62 s");
   s.close();
