@@ -13,7 +13,10 @@
  * (`rsync -a`, `tar`, `cp -p`): the service would not run what was reviewed.
  *
  * Run by the task as `deno run --allow-read=. --allow-run lib/build/entry.ts` from the project's
- * folder.
+ * folder. What it prints are the task's last arguments before `--listen`: the bundle's path, or
+ * `--allow-read=./lib main.ts` ({@linkcode startArguments}), since the sources import their lazy
+ * modules from `lib/`, which the task does not grant the bundle (Deno merges repeated `--allow-read`
+ * flags).
  *
  * @module
  */
@@ -156,7 +159,40 @@ export async function pickEntry(root: string, options: PickOptions): Promise<Pic
   };
 }
 
-/** Runs `deno task build` in `root`; undefined on success, else the first line it printed. */
+/**
+ * What `deno task start` passes after its own flags for `picked`: the bundle's path, or read access
+ * to `lib/` and the source entry point.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(startArguments({ entry: BUNDLE }), "dist/app/main.js");
+ * assert.equal(startArguments({ entry: "main.ts" }), "--allow-read=./lib main.ts");
+ * ```
+ */
+export function startArguments(picked: Picked): string {
+  return picked.entry === SOURCE ? `--allow-read=./lib ${SOURCE}` : picked.entry;
+}
+
+/**
+ * The line of a failed build's output that says why: its first `error` line, else its first line
+ * that is not a task's echo (`Task build:tokens ...`, which an inner `deno task` prints even under
+ * `--quiet`).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const said = "Task build:tokens deno run lib/build/tokens.ts\nerror: Permission denied";
+ * assert.equal(buildFailureLine(said), "error: Permission denied");
+ * ```
+ */
+export function buildFailureLine(said: string): string {
+  const lines = said.split("\n").map((line) => line.trim()).filter((line) => line !== "");
+  return lines.find((line) => /^error\b/i.test(line)) ??
+    lines.find((line) => !line.startsWith("Task ")) ?? "it failed silently";
+}
+
+/** Runs `deno task build` in `root`; undefined on success, else the line that says why it failed. */
 async function build(root: string): Promise<string | undefined> {
   try {
     const { success, stderr } = await new Deno.Command(Deno.execPath(), {
@@ -168,8 +204,7 @@ async function build(root: string): Promise<string | undefined> {
       stderr: "piped",
     }).output();
     if (success) return undefined;
-    const said = new TextDecoder().decode(stderr);
-    return said.split("\n").find((line) => line.trim() !== "")?.trim() ?? "it failed silently";
+    return buildFailureLine(new TextDecoder().decode(stderr));
   } catch (error) {
     return messageOf(error);
   }
@@ -190,5 +225,5 @@ if (import.meta.main && Deno.args[0] === "--stamp") {
     });
     Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`));
   }
-  Deno.stdout.writeSync(new TextEncoder().encode(picked.entry));
+  Deno.stdout.writeSync(new TextEncoder().encode(startArguments(picked)));
 }
