@@ -29,10 +29,14 @@ export interface DenoInfo {
   modules: Array<{ specifier: string; dependencies?: InfoDependency[] }>;
 }
 
-/** Runs `deno info --json <entry>` (main.ts unless told) in the project's root. */
-export async function denoInfo(entry = "main.ts"): Promise<DenoInfo> {
+/**
+ * Runs `deno info --json <entry>` (main.ts unless told) in the project's root, with the lock file
+ * `lock` when given (a build step that imports a test-time package reads tests/deno.lock, as its
+ * task does, so that the root lock never gains it).
+ */
+export async function denoInfo(entry = "main.ts", lock?: string): Promise<DenoInfo> {
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", entry],
+    args: ["info", "--json", ...(lock === undefined ? [] : [`--lock=${lock}`]), entry],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",
