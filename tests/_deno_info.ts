@@ -30,13 +30,13 @@ export interface DenoInfo {
 }
 
 /**
- * Runs `deno info --json <entry>` (main.ts unless told) in the project's root, with the lock file
- * `lock` when given (a build step that imports a test-time package reads tests/deno.lock, as its
- * task does, so that the root lock never gains it).
+ * Runs `deno info --json <entry>` (main.ts unless told) in the project's root; with `noLock`, it
+ * neither reads nor writes a lock file (a build step importing a test-time package would add it to
+ * the root lock, and written into tests/deno.lock a graph of a few modules drops what it lacks).
  */
-export async function denoInfo(entry = "main.ts", lock?: string): Promise<DenoInfo> {
+export async function denoInfo(entry = "main.ts", noLock = false): Promise<DenoInfo> {
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", ...(lock === undefined ? [] : [`--lock=${lock}`]), entry],
+    args: ["info", "--json", ...(noLock ? ["--no-lock"] : []), entry],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",

@@ -44,7 +44,7 @@ import {
 /** The namespace of the rate limiter's objects, as miniflare's proxy exposes it to this process. */
 interface ObjectNamespace {
   idFromName(name: string): unknown;
-  get(id: unknown): { usage(): Promise<ObjectUsage> };
+  get(id: unknown): { usage(): Promise<ObjectUsage>; [Symbol.dispose]?: () => void };
 }
 
 /** Options of {@linkcode serveWorker}. */
@@ -130,10 +130,19 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
       ? await Promise.all(workers.map((worker) => miniflare.unsafeGetDirectURL(worker.name)))
       : [url];
     const objectUsage = async (name: string) => {
-      const namespace = (await miniflare.getDurableObjectNamespace(
+      const objects = (await miniflare.getDurableObjectNamespace(
         RATE_LIMITER_BINDING,
       )) as unknown as ObjectNamespace;
-      return await namespace.get(namespace.idFromName(name)).usage();
+      const id = objects.idFromName(name);
+      const stub = objects.get(id);
+      try {
+        return await stub.usage();
+      } finally {
+        // Held until the answer is in (miniflare frees a proxy's far end when this side collects
+        // it), then released: workerd keeps an RPC stub until it is disposed.
+        void id;
+        stub[Symbol.dispose]?.();
+      }
     };
     return { url, urls, objectUsage, close: () => miniflare.dispose() };
   } catch (error) {
