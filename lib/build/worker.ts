@@ -9,13 +9,15 @@
  * to `createWorker`, beside the Durable Object class the Worker exports. The token counts' ranks
  * are built first (`deno task build:tokens`) and carried as a module of constants. Dynamic imports
  * (negotiator, marked) are bundled in, so the Worker is one file. Prints the bundle's size and its
- * gzip size.
+ * gzip size. Before building, `deno task worker:build` checks wrangler.json's vars as an isolate
+ * would (`wrangler_config.ts`) and stops, naming the variable, on one the Worker cannot run with.
  *
  * @module
  */
 
 import { STATIC_DIR, STATIC_FILES } from "../pages/content.ts";
 import { compressBytes } from "../http/representation.ts";
+import { checkDeployment, readWrangler, reportDeployment } from "./wrangler_config.ts";
 
 /** Where the build writes, relative to the project's root. */
 export const WORKER_DIR = "dist/worker";
@@ -125,6 +127,11 @@ async function run(deno: string, root: string, args: string[]): Promise<void> {
 
 if (import.meta.main) {
   const root = new URL("../..", import.meta.url).pathname;
+  // wrangler.json's vars are what `wrangler deploy` (whose build command this is) uploads: one
+  // the Worker cannot run with stops the build, and so the deploy, before the isolate answers 500.
+  const wrangler = await readWrangler(root);
+  const check = checkDeployment(wrangler, wrangler.vars ?? {}, false);
+  if (!reportDeployment(check, "deno task worker:build")) Deno.exit(1);
   const built = await buildWorker(root);
   const kib = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
   // deno-lint-ignore no-console -- a build step's one line

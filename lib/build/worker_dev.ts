@@ -12,7 +12,12 @@
  * number), then the service's variables (`lib/config.ts`) set in this process's environment, so
  * `RATE_LIMIT=5 deno task worker` works as with `deno task start`. `PUBLIC_BASE_URL`, which the
  * Worker requires, defaults here to `http://127.0.0.1:$PORT`: this task is the deployment, and it
- * knows its address; a request never sets it.
+ * knows its address; a request never sets it. Those bindings are checked as an isolate checks them
+ * before anything is built (`wrangler_config.ts`): a configuration that cannot work on Workers (a
+ * `PUBLIC_BASE_URL` with a path, a `TRUSTED_PROXIES` over Cloudflare's addresses, any value
+ * `deno task start` refuses) stops the task with one sentence per problem, naming the variable,
+ * and exit code 1. wrangler.json's `ratelimits` are bound as declared (the new callers' budget,
+ * `lib/workers/new_caller_gate.ts`), miniflare counting them as one location would.
  *
  * Not a server for the open internet: it listens on 127.0.0.1 only, and workerd's own HTTP front
  * answers malformed requests (unknown methods, bad `Host`, absolute-form targets, odd
@@ -25,17 +30,22 @@
 
 import { Miniflare } from "npm:miniflare@4.20260730.0";
 import { ENV_NAMES } from "../config.ts";
+import { RATE_LIMITER_BINDING } from "../workers/bindings.ts";
+import type { ObjectUsage } from "../workers/rate_limiter_object.ts";
 import { buildWorker, WORKER_DIR, WORKER_MODULE } from "./worker.ts";
+import {
+  checkDeployment,
+  miniflareRatelimits,
+  readWrangler,
+  reportDeployment,
+  type VarValue,
+} from "./wrangler_config.ts";
 
-/** The parts of wrangler.json this reads. */
-interface WranglerConfig {
-  compatibility_date: string;
-  durable_objects: { bindings: Array<{ name: string; class_name: string }> };
-  vars?: Record<string, VarValue>;
+/** The namespace of the rate limiter's objects, as miniflare's proxy exposes it to this process. */
+interface ObjectNamespace {
+  idFromName(name: string): unknown;
+  get(id: unknown): { usage(): Promise<ObjectUsage>; [Symbol.dispose]?: () => void };
 }
-
-/** A var as `wrangler.json` may give it: text, or a JSON number or boolean (objects are refused). */
-export type VarValue = string | number | boolean;
 
 /** Options of {@linkcode serveWorker}. */
 export interface ServeWorkerOptions {
@@ -58,6 +68,8 @@ export interface ServeWorkerOptions {
    * one's Durable Object namespace, as Cloudflare's isolates share it (default 1; tests).
    */
   instances?: number;
+  /** `false` leaves wrangler.json's Rate Limiting bindings out (the new callers' gate; benchmarks). */
+  ratelimits?: false;
 }
 
 /** A Worker served by workerd. */
@@ -66,6 +78,11 @@ export interface ServedWorker {
   url: URL;
   /** Each instance's own address (`instances`), the first's first. */
   urls: URL[];
+  /**
+   * The accounting of the rate limiter's object named `name` (a caller key): what it holds and
+   * wrote, read through miniflare (tests and benchmarks: whether a caller's object was created).
+   */
+  objectUsage(name: string): Promise<ObjectUsage>;
   /** Stops workerd. */
   close(): Promise<void>;
 }
@@ -73,9 +90,8 @@ export interface ServedWorker {
 /** Serves the built Worker (`dist/worker/worker.js`) on workerd as wrangler.json describes it. */
 export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWorker> {
   const { root } = options;
-  const wrangler = JSON.parse(
-    await Deno.readTextFile(`${root}/wrangler.json`),
-  ) as WranglerConfig;
+  const wrangler = await readWrangler(root);
+  const ratelimits = options.ratelimits === false ? {} : miniflareRatelimits(wrangler);
   const count = options.instances ?? 1;
   const workers = Array.from({ length: count }, (_, i) => ({
     name: i === 0 ? "discovery" : `discovery-${i}`,
@@ -94,6 +110,8 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
         { className: class_name, useSQLite: true, ...(i > 0 ? { scriptName: "discovery" } : {}) },
       ]),
     ),
+    // Each Worker's bindings, its objects' too; one namespace_id shares its counts among them.
+    ratelimits,
     ...(count > 1 ? { unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }] } : {}),
   }));
   const miniflare = new Miniflare({
@@ -111,7 +129,22 @@ export async function serveWorker(options: ServeWorkerOptions): Promise<ServedWo
     const urls = count > 1
       ? await Promise.all(workers.map((worker) => miniflare.unsafeGetDirectURL(worker.name)))
       : [url];
-    return { url, urls, close: () => miniflare.dispose() };
+    const objectUsage = async (name: string) => {
+      const objects = (await miniflare.getDurableObjectNamespace(
+        RATE_LIMITER_BINDING,
+      )) as unknown as ObjectNamespace;
+      const id = objects.idFromName(name);
+      const stub = objects.get(id);
+      try {
+        return await stub.usage();
+      } finally {
+        // Held until the answer is in (miniflare frees a proxy's far end when this side collects
+        // it), then released: workerd keeps an RPC stub until it is disposed.
+        void id;
+        stub[Symbol.dispose]?.();
+      }
+    };
+    return { url, urls, objectUsage, close: () => miniflare.dispose() };
   } catch (error) {
     await miniflare.dispose().catch(() => {});
     throw error;
@@ -146,14 +179,20 @@ if (import.meta.main) {
     );
     Deno.exit(1);
   }
+  const baseUrl = port === 0 ? undefined : `http://127.0.0.1:${port}`;
+  const bindings = environmentBindings();
+  // Refused before anything is built or served, as the isolate would refuse it (it answers 500).
+  const wrangler = await readWrangler(root);
+  const vars = { ...(baseUrl ? { PUBLIC_BASE_URL: baseUrl } : {}), ...wrangler.vars, ...bindings };
+  if (!reportDeployment(checkDeployment(wrangler, vars, true), "deno task worker")) Deno.exit(1);
   const built = await buildWorker(root);
   console.log(`built ${WORKER_MODULE}: ${built.bytes} bytes (${built.gzipBytes} gzipped)`);
   const served = await serveWorker({
     root,
     port,
     persist: `${root}/${WORKER_DIR}/state`,
-    bindings: environmentBindings(),
-    ...(port === 0 ? {} : { baseUrl: `http://127.0.0.1:${port}` }),
+    bindings,
+    ...(baseUrl === undefined ? {} : { baseUrl }),
   });
   console.log(`serving the Worker on workerd at ${served.url.origin} (Ctrl-C stops)`);
   const stop = () => served.close().then(() => Deno.exit(0));

@@ -28,7 +28,7 @@ import { renderPage, type Site } from "../pages/layout.ts";
 import { type ResponseTemplate, sendableBody } from "./response_cache.ts";
 
 /** The methods every path allows. */
-const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
+export const ALLOWED_METHODS = "GET, HEAD, OPTIONS";
 
 /** Fields on every response of the service. */
 export const COMMON_FIELDS: readonly HeaderField[] = [
@@ -65,7 +65,7 @@ export const TYPES = {
  * What a CORS preflight is granted, on every path, known or not: the methods of the service and the
  * request fields a page may send (negotiation and revalidation), remembered for a day.
  */
-const CORS_ALLOW_FIELDS: readonly HeaderField[] = [
+export const CORS_ALLOW_FIELDS: readonly HeaderField[] = [
   ["access-control-allow-methods", ALLOWED_METHODS],
   ["access-control-allow-headers", "Accept, Accept-Encoding, If-None-Match"],
   ["access-control-max-age", "86400"],

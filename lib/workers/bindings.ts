@@ -10,7 +10,9 @@
  * naming it. `RATE_LIMIT_STORE` is compared as `loadConfig` compares it (case does not matter).
  *
  * From the deployment only: `PUBLIC_BASE_URL` is required on Workers (there is no port to default
- * from, and a request's `Host` never becomes a link of the isolate: DESIGN, "Where it runs").
+ * from, and a request's `Host` never becomes a link of the isolate: DESIGN, "Where it runs"), an
+ * origin without a path; `TRUSTED_PROXIES` may not cover Cloudflare's own addresses; both and the
+ * warning on `http://` are `worker_rules.ts`'s.
  * `ACCESS_LOG` is off unless set (Workers Logs already logs each invocation). `PORT`, `HOSTNAME`
  * and `REUSE_PORT` are validated but mean nothing here.
  *
@@ -21,6 +23,7 @@ import { type Config, type Env, ENV_NAMES, type EnvName, loadConfig } from "../c
 import { policyOf } from "../limit/core/decision.ts";
 import { checkDurablePolicy } from "../limit/durable_object/object_logs.ts";
 import { workersMaxCallers } from "./memory_cap.ts";
+import { workerRules } from "./worker_rules.ts";
 
 /** The binding of the Durable Object namespace that keeps the limit (wrangler.json). */
 export const RATE_LIMITER_BINDING = "RATE_LIMITER";
@@ -28,9 +31,9 @@ export const RATE_LIMITER_BINDING = "RATE_LIMITER";
 /** Where a Worker keeps its limit. */
 export type WorkerStoreKind = "durable-object" | "memory";
 
-/** The Worker's configuration, or every problem found. */
+/** The Worker's configuration and its warnings (`worker_rules.ts`), or every problem found. */
 export type WorkerConfigResult =
-  | { ok: true; config: Config; store: WorkerStoreKind }
+  | { ok: true; config: Config; store: WorkerStoreKind; warnings: string[] }
   | { ok: false; errors: string[] };
 
 /** A Worker's `env`: strings, numbers and booleans for vars and secrets, objects for bindings. */
@@ -123,7 +126,11 @@ export function workerConfig(bindings: Bindings): WorkerConfigResult {
       `the Durable Object binding ${RATE_LIMITER_BINDING} is missing: keep it in wrangler.json (durable_objects.bindings, class RateLimiterObject), or set RATE_LIMIT_STORE=memory for a per-isolate limit`,
     );
   }
-  if (!loaded.ok || errors.length > 0) return { ok: false, errors };
+  if (!loaded.ok) return { ok: false, errors };
+  // What cannot work on Workers though `deno task start` takes it (a base path, TRUSTED_PROXIES).
+  const rules = workerRules(loaded.config);
+  errors.push(...rules.errors);
+  if (errors.length > 0) return { ok: false, errors };
   const config = { ...loaded.config };
   // Off unless asked for: Workers Logs already logs each invocation (method, URL, status, time),
   // so the access log would be a second billed event per request (deploy/README.md).
@@ -144,7 +151,9 @@ export function workerConfig(bindings: Bindings): WorkerConfigResult {
       );
     }
   }
-  return errors.length > 0 ? { ok: false, errors } : { ok: true, config, store };
+  return errors.length > 0
+    ? { ok: false, errors }
+    : { ok: true, config, store, warnings: rules.warnings };
 }
 
 /** Whether the `RATE_LIMITER` binding is there (an object: a namespace). */

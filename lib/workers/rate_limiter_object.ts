@@ -21,7 +21,8 @@
  * window, so a window lengthened in a deploy hands out no quota. A new caller costs two rows
  * written (its value and the alarm), an admitted request one. Values stored by the earlier layout
  * (the same `Float64Array` per caller, plus a `window` key now unread and deleted with the rest)
- * are read as they are: a deploy keeps every count.
+ * are read as they are: a deploy keeps every count. A caller it does not hold is created only
+ * within its /48's budget of new callers, when `NEW_CALLERS` is bound (`new_caller_gate.ts`).
  *
  * @module
  */
@@ -36,6 +37,7 @@ import {
   type LogChange,
   logOfStored,
 } from "../limit/durable_object/object_logs.ts";
+import { gateRefusal, type NewCallerGate, newCallerGate } from "./new_caller_gate.ts";
 
 /** The parts of `DurableObjectStorage` the object uses. */
 interface Storage {
@@ -79,9 +81,13 @@ export class RateLimiterObject extends DurableObject {
   /** When the alarm is set for, as this object set it; undefined when none is. */
   #alarmAt: number | undefined;
 
+  /** The budget of new callers per /48, when `NEW_CALLERS` is bound. */
+  readonly #gate: NewCallerGate | undefined;
+
   /** Reads the stored logs before the first call is delivered. */
   constructor(ctx: State, env: unknown) {
     super(ctx, env);
+    this.#gate = newCallerGate(env);
     void ctx.blockConcurrencyWhile(async () => {
       const stored = await ctx.storage.list({ prefix: CALLER });
       for (const [key, value] of stored) {
@@ -96,10 +102,22 @@ export class RateLimiterObject extends DurableObject {
     return IDLE_AFTER_MS;
   }
 
-  /** Decides on a request of `key` now, counts it when admitted, and writes the change through. */
-  hit(key: string, policy: RateLimitPolicy): Decision {
+  /**
+   * Decides on a request of `key` now, counts it when admitted, and writes the change through. A
+   * caller this object does not hold is first asked of the new callers' budget
+   * (`new_caller_gate.ts`); refused there, nothing is written.
+   */
+  hit(key: string, policy: RateLimitPolicy): Decision | Promise<Decision> {
     checkKey(key);
     checkDurablePolicy(policy);
+    const admitted = this.#gate === undefined || this.#logs.has(key) || this.#gate.admit(key);
+    if (admitted === true) return this.#decide(key, policy);
+    return Promise.resolve(admitted).then((yes) =>
+      yes ? this.#decide(key, policy) : gateRefusal(policy)
+    );
+  }
+
+  #decide(key: string, policy: RateLimitPolicy): Decision {
     const now = Date.now();
     const { decision, changes } = this.#logs.hit(key, now, policy);
     if (changes.length > 0) {

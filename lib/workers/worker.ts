@@ -4,9 +4,12 @@
  *
  * - Configuration: the Worker's bindings (vars and secrets) through `lib/config.ts`'s rules
  *   (`bindings.ts`), read once per isolate, at its first request (a Worker's `env` exists only
- *   there), and nothing of that request: no value of a request becomes configuration. Invalid, every request is answered 500 `internal_error` (the Error shape, no detail) and
- *   the problems are logged, one message, once per isolate (`wrangler tail`, Workers Logs): a
- *   Worker cannot refuse to start, and a 500 is what a monitor notices.
+ *   there), and nothing of that request: no value of a request becomes configuration. Invalid
+ *   (`deno task worker` and `deno task worker:build` refuse it first; vars changed in the
+ *   dashboard reach an isolate anyway), every request is answered 500 `internal_error` with the
+ *   RateLimit fields and CORS (`misconfigured.ts`) and the problems are logged, one message, once
+ *   per isolate (`wrangler tail`, Workers Logs): a Worker cannot refuse to start, and a 500 is what
+ *   a monitor notices. Warnings (`worker_rules.ts`) are logged once per isolate too.
  * - Content: the static files' texts, given by the build (`lib/build/worker.ts` embeds `static/`): no file
  *   system.
  * - Caller: `CF-Connecting-IPv6` where Cloudflare sets it (the zone's Pseudo IPv4 rewrites an IPv6
@@ -33,7 +36,8 @@ import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import { MemoryStore } from "../limit/memory/memory_store.ts";
 import { loadContent } from "../pages/content.ts";
-import { type Bindings, workerConfig } from "./bindings.ts";
+import { type Bindings, bindingsEnv, workerConfig } from "./bindings.ts";
+import { misconfiguredAnswer } from "./misconfigured.ts";
 import { openDurableStore } from "./store.ts";
 
 /** A Worker's module: Cloudflare calls `fetch` per request with the bindings. */
@@ -45,8 +49,11 @@ export interface WorkerModule {
 /** Opens the Durable Object store over the `RATE_LIMITER` binding (`store.ts`). */
 export type OpenDurableStore = (bindings: Bindings, config: Config) => RateLimitStore;
 
-/** What an isolate starts with at its first request: the handler, or the problems. */
-type Started = { ok: true; handler: ServiceHandler } | { ok: false };
+/** What an isolate starts with at its first request: the handler, or the misconfigured answer. */
+type Started = { ok: true; handler: ServiceHandler } | {
+  ok: false;
+  answer: (request: Request) => Response;
+};
 
 /**
  * The Worker over `files` (each static file's text by its name, as the build embeds them).
@@ -79,7 +86,7 @@ export function createWorker(
   return {
     fetch(request, env) {
       started ??= start(env, files, openDurable);
-      if (!started.ok) return misconfigured();
+      if (!started.ok) return started.answer(request);
       return started.handler(request, peerOf(request));
     },
   };
@@ -113,20 +120,15 @@ function start(
   openDurable: OpenDurableStore,
 ): Started {
   const configured = workerConfig(env);
-  if (!configured.ok) {
-    console.error(formatConfigErrors(configured.errors));
-    return { ok: false };
-  }
+  if (!configured.ok) return refused(env, configured.errors);
   const { config } = configured;
-  if (config.rateLimitMode === "report") {
-    // Each isolate's start: Workers Logs keeps it as a JSON event.
-    console.warn(JSON.stringify({ level: "warn", message: REPORT_MODE_WARNING }));
-  }
+  const warnings = config.rateLimitMode === "report"
+    ? [...configured.warnings, REPORT_MODE_WARNING]
+    : configured.warnings;
+  // Each isolate's start: Workers Logs keeps each as a JSON event.
+  for (const message of warnings) console.warn(JSON.stringify({ level: "warn", message }));
   const content = loadContent(config, { dir: "static", read: (path) => fileOf(files, path) });
-  if (!content.ok) {
-    console.error(formatConfigErrors(content.errors));
-    return { ok: false };
-  }
+  if (!content.ok) return refused(env, content.errors);
   const store = configured.store === "memory"
     ? new MemoryStore(policyOf(config), { maxCallers: config.rateLimitMaxCallers, sweep: false })
     : openDurable(env, config);
@@ -158,22 +160,8 @@ function describe(error: unknown): string {
   return redactSecrets(namedMessageOf(error));
 }
 
-/** The answer of an isolate whose configuration is invalid: 500, the Error shape, no detail. */
-function misconfigured(): Response {
-  const body = {
-    error: {
-      code: "internal_error",
-      message: "The service failed to answer this request.",
-      hint: "Retry later: the service is misconfigured, and its operator has been told.",
-    },
-  };
-  return new Response(JSON.stringify(body), {
-    status: 500,
-    headers: {
-      "content-type": "application/json",
-      "cache-control": "no-store",
-      "access-control-allow-origin": "*",
-      "x-content-type-options": "nosniff",
-    },
-  });
+/** Logs `errors` once, as `deno task start` prints them, and answers every request as misconfigured. */
+function refused(env: Bindings, errors: string[]): Started {
+  console.error(formatConfigErrors(errors));
+  return { ok: false, answer: misconfiguredAnswer(bindingsEnv(env)) };
 }

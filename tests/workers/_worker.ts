@@ -8,7 +8,8 @@
  */
 
 import { buildWorker, type BuiltWorker } from "../../lib/build/worker.ts";
-import { type ServedWorker, serveWorker, type VarValue } from "../../lib/build/worker_dev.ts";
+import { type ServedWorker, serveWorker } from "../../lib/build/worker_dev.ts";
+import type { VarValue } from "../../lib/build/wrangler_config.ts";
 import { ROOT } from "../_deno_info.ts";
 
 let built: Promise<BuiltWorker> | undefined;
@@ -24,6 +25,8 @@ export interface TestWorker extends AsyncDisposable {
   url: string;
   /** Each instance's origin (`instances`), the first's first. */
   urls: string[];
+  /** The accounting of the rate limiter's object named `name` (`ServedWorker.objectUsage`). */
+  objectUsage: ServedWorker["objectUsage"];
   /** Stops workerd. */
   close(): Promise<void>;
 }
@@ -54,6 +57,7 @@ export async function startWorker(
   return {
     url: served.url.origin,
     urls: served.urls.map((url) => url.origin),
+    objectUsage: (name) => served.objectUsage(name),
     close,
     [Symbol.asyncDispose]: close,
   };

@@ -2,7 +2,10 @@
  * The Worker's configuration comes from its deployment only, on real workerd (`deno task worker`'s
  * `serveWorker`): a request's `Host` never becomes a link of the isolate, `PUBLIC_BASE_URL` unset is
  * an invalid configuration said once with its name (not a 500 a first request can cause), and
- * wrangler.json's vars written as JSON numbers and booleans mean what they say.
+ * wrangler.json's vars written as JSON numbers and booleans mean what they say. Vars that cannot
+ * work on Workers (a base path, a `TRUSTED_PROXIES` over Cloudflare's addresses) reaching an
+ * isolate past the tasks' checks are said once, and every request is answered 500 with the
+ * RateLimit fields and CORS; `http://` is warned once.
  *
  * @module
  */
@@ -90,4 +93,47 @@ Deno.test('RATE_LIMIT_STORE is compared as loadConfig compares it: "Memory" is t
   });
   assert.equal(response.status, 200);
   assert.equal(response.headers.get("ratelimit-policy"), '"default";q=20000;w=60');
+});
+
+Deno.test("an isolate given vars that cannot work (a PUBLIC_BASE_URL with a path, set past the task in the dashboard) answers 500 with the RateLimit fields and CORS, and says why once naming the variable", async () => {
+  const lines: string[] = [];
+  await using worker = await startWorker(
+    { PUBLIC_BASE_URL: "https://api.example.com/base", TRUSTED_PROXIES: "2a06:98c0::/29" },
+    false,
+    1,
+    ({ message }) => lines.push(message),
+  );
+  for (const path of ["/api/v1/platform", "/base/api/v1/platform"]) {
+    const response = await rawRequest(worker.url, path, {
+      headers: { "cf-connecting-ip": "192.0.2.63", origin: "https://page.example" },
+    });
+    assert.equal(response.status, 500, path);
+    assert.equal(JSON.parse(DECODER.decode(response.body)).error.code, "internal_error", path);
+    assert.equal(response.headers.get("ratelimit"), '"default";r=0;t=60', path);
+    assert.equal(response.headers.get("ratelimit-policy"), '"default";q=60;w=60', path);
+    assert.equal(response.headers.get("ratelimit-limit"), "60", path);
+    assert.equal(response.headers.get("ratelimit-remaining"), "0", path);
+    assert.equal(response.headers.get("ratelimit-reset"), "60", path);
+    assert.equal(response.headers.get("access-control-allow-origin"), "*", path);
+    assert.match(response.headers.get("access-control-expose-headers") ?? "", /RateLimit/);
+    assert.equal(response.headers.get("x-content-type-options"), "nosniff", path);
+  }
+  const said = lines.filter((line) => line.includes("Configuration is invalid"));
+  assert.equal(said.length, 1, lines.join("\n"));
+  assert.match(said[0]!, /PUBLIC_BASE_URL must be an origin on Workers/);
+  assert.match(said[0]!, /TRUSTED_PROXIES must not cover Cloudflare's own addresses/);
+});
+
+Deno.test("an isolate with PUBLIC_BASE_URL over http:// serves, and warns once naming PUBLIC_BASE_URL", async () => {
+  const lines: string[] = [];
+  await using worker = await startWorker(
+    { PUBLIC_BASE_URL: "http://api.example.com" },
+    false,
+    1,
+    ({ message }) => lines.push(message),
+  );
+  for (let i = 0; i < 3; i++) assert.equal((await get(worker.url, "/api/v1/platform")).status, 200);
+  const warned = lines.filter((line) => line.includes("plain HTTP"));
+  assert.equal(warned.length, 1, lines.join("\n"));
+  assert.match(JSON.parse(warned[0]!).message, /^PUBLIC_BASE_URL is "http:\/\/api\.example\.com"/);
 });

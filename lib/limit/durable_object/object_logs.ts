@@ -161,6 +161,11 @@ export class CallerLogs {
     return this.#timestamps;
   }
 
+  /** Whether `key` is held: it has a log here (and, once written through, in storage). */
+  has(key: string): boolean {
+    return this.#logs.has(key);
+  }
+
   /** Takes `key`'s stored log (read back with {@linkcode logOfStored}) at start. */
   load(key: string, log: number[]): void {
     if (log.length === 0 || this.#logs.has(key)) return;

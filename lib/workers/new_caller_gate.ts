@@ -1,0 +1,138 @@
+/**
+ * The budget of new callers per IPv6 /48: a first gate, kept by the Workers Rate Limiting API
+ * (the binding `NEW_CALLERS` of wrangler.json's `ratelimits`), before a caller's Durable Object
+ * writes anything.
+ *
+ * Why: each new IPv6 /64 is a caller key of its own, and its first request creates its object's
+ * storage (its log and an idle alarm, two rows), then the alarm a day later: $5.22 a million
+ * against $2.07 for a returning caller (lib/limit/README.md, "Durable Objects on Workers"). A /48
+ * holds 65,536 /64s and is one site (a tunnel broker hands one out for nothing), so a spray from it
+ * is a bill. The gate counts, per /48, the callers its objects have never held; past the budget
+ * (`simple.limit` per `simple.period` seconds, the operator's, in wrangler.json) such a caller is
+ * refused 429 by its object before anything is written: the request then costs what a refusal
+ * asked of its object costs, $1.07 a million, and the isolate answers that caller's next requests
+ * from memory.
+ *
+ * Where: in the object, which alone knows whether a caller is new (it holds the caller's log or
+ * it does not), so that a returning caller never reaches the gate: no call, no cost, no change to
+ * its answer, in any isolate. Only IPv6 callers are gated (an IPv4 address, a no-address key or a
+ * shard's key pass), and concurrent first requests of one caller share one call of the binding.
+ * The binding counts per Cloudflare location, approximately, and costs nothing of its own
+ * (Cloudflare's docs: "Locality", "Performance", "Accuracy"); a binding that fails lets new
+ * callers through (the limit itself is the object's, exact either way), said once per object.
+ *
+ * @module
+ */
+// deno-lint-ignore-file no-console -- Workers' logs are the console
+
+import type { Decision, RateLimitPolicy } from "../limit/core/decision.ts";
+
+/** The Rate Limiting binding that budgets new callers per /48 (wrangler.json `ratelimits`). */
+export const NEW_CALLERS_BINDING = "NEW_CALLERS";
+
+/** The longest period the Rate Limiting API takes (10 or 60 s): a refused caller retries within it. */
+export const GATE_RETRY_MS = 60_000;
+
+/** The Workers Rate Limiting API, as a binding exposes it. */
+export interface RateLimitBinding {
+  /** Counts one call for `key`; `success` is false past the budget of the binding's period. */
+  limit(options: { key: string }): Promise<{ success: boolean }>;
+}
+
+/** The gate: whether a caller the object has never held may be created now. */
+export interface NewCallerGate {
+  /** True at once for a caller the gate does not budget; else the binding's answer, shared. */
+  admit(key: string): boolean | Promise<boolean>;
+}
+
+/**
+ * The /48 an IPv6 caller key belongs to (`2001:0db8:0001:0002::/64` is in `2001:0db8:0001::/48`);
+ * undefined for any other key (an IPv4 address, the no-address key, a shard's name).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(networkOf("2001:0db8:0001:0002::/64"), "2001:0db8:0001::/48");
+ * assert.equal(networkOf("192.0.2.1"), undefined);
+ * ```
+ */
+export function networkOf(key: string): string | undefined {
+  // Caller keys write a /64 as four hextets of four digits each (`keyOfIp`): 24 characters.
+  if (key.length !== 24 || !key.endsWith("::/64")) return undefined;
+  return `${key.slice(0, 14)}::/48`;
+}
+
+/**
+ * The gate over the binding `NEW_CALLERS` of `env` (a Worker's or an object's bindings), or
+ * undefined when it is not bound (no gate: every new caller is created). A failing binding is
+ * `say`-ed once (the console by default: Workers Logs).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * let calls = 0;
+ * const binding = { limit: () => Promise.resolve({ success: ++calls <= 1 }) };
+ * const gate = newCallerGate({ NEW_CALLERS: binding })!;
+ * assert.equal(gate.admit("192.0.2.1"), true); // IPv4: not budgeted, no call
+ * assert.equal(await gate.admit("2001:0db8:0001:0002::/64"), true);
+ * assert.equal(await gate.admit("2001:0db8:0001:0003::/64"), false); // the /48's budget is spent
+ * assert.equal(calls, 2);
+ * assert.equal(newCallerGate({}), undefined);
+ * ```
+ */
+export function newCallerGate(
+  env: unknown,
+  say: (message: string) => void = (message) => console.error(message),
+): NewCallerGate | undefined {
+  const binding = (env as Record<string, unknown> | null)?.[NEW_CALLERS_BINDING];
+  if (typeof (binding as Partial<RateLimitBinding> | undefined)?.limit !== "function") {
+    return undefined;
+  }
+  const limiter = binding as RateLimitBinding;
+  // A caller's first requests in flight at once share its one call: a burst is one new caller.
+  const pending = new Map<string, Promise<boolean>>();
+  let said = false;
+  return {
+    admit(key) {
+      const network = networkOf(key);
+      if (network === undefined) return true;
+      let asked = pending.get(key);
+      if (asked === undefined) {
+        asked = Promise.resolve()
+          .then(() => limiter.limit({ key: network }))
+          .then(({ success }) => success === true, (error) => {
+            if (!said) {
+              said = true;
+              say(
+                `the ${NEW_CALLERS_BINDING} rate-limiting binding failed: new callers are let through unbudgeted (the limit itself still holds): ${
+                  String(error)
+                }`,
+              );
+            }
+            return true;
+          })
+          .finally(() => pending.delete(key));
+        pending.set(key, asked);
+      }
+      return asked;
+    },
+  };
+}
+
+/**
+ * What a new caller past its /48's budget is answered: refused, nothing left, to retry within the
+ * binding's longest period and never past the window (an object's answer must be a decision of the
+ * policy), with that reset exact so that the isolate answers the caller from memory meanwhile.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const refusal = gateRefusal({ limit: 60, windowMs: 60_000 });
+ * assert.deepEqual(refusal, { allowed: false, remaining: 0, resetSeconds: 60, resetMs: 60_000 });
+ * assert.equal(gateRefusal({ limit: 60, windowMs: 10_000 }).resetSeconds, 10);
+ * ```
+ */
+export function gateRefusal(policy: RateLimitPolicy): Decision {
+  const resetMs = Math.min(GATE_RETRY_MS, policy.windowMs);
+  return { allowed: false, remaining: 0, resetSeconds: Math.ceil(resetMs / 1000), resetMs };
+}
