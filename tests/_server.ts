@@ -153,6 +153,8 @@ export function startServer(options: ServerOptions = {}): Promise<TestServer> {
     now: clock.now,
     accessLog: (record) => records.push(record),
     onError: (error) => errors.push(error),
+    // As main.ts: the requests come from a listener of the service's own.
+    requireHost: true,
   });
   const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, handler);
   const port = server.addr.port;

@@ -150,6 +150,7 @@ async function main(): Promise<void> {
     // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
     // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
     responseCache: { keep: false },
+    requireHost: true,
     ...(accessLog ? { accessLog: accessLog.log } : {}),
     onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
     onNoAddress: () =>
