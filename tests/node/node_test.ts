@@ -2,7 +2,8 @@
  * The service on Node.js (`lib/node/`), tested against real Node processes of both LTS lines
  * (`tests/_node.ts`: `npx -y node@24`, `node@26`, the packages from `npm ci`):
  *
- * - the handler's tests that need no Deno API, run on Node (`_deno_test_on_node.ts`, `npm test`);
+ * - `npm test` on each, with that Node first on PATH: the handler's tests that need no Deno API, and
+ *   Node's entry over a real port (`entry_test.ts`);
  * - every path, method and representation answered as the Deno service answers it (status, fixed
  *   fields, body bytes) and within the OpenAPI contract, as `tests/workers/worker_test.ts` holds the
  *   Worker;
@@ -18,6 +19,7 @@
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { dirname } from "node:path";
 import { type Contract, decodeBody, loadContract } from "../_contract.ts";
 import { exchange, getHead } from "../_keep_alive_load.ts";
 import { ensureNodeModules, NODE_LINES, nodeBinary } from "../_node.ts";
@@ -115,14 +117,15 @@ function checkContract(contract: Contract, method: string, target: string, respo
   }
 }
 
-/** The longest the handler's tests may take on Node (about 20 s alone, a minute on a busy machine). */
-const UNIT_DEADLINE_MS = 150_000;
+/** The longest `npm test` may take on Node (about 40 s alone, 65 s on a busy machine). */
+const UNIT_DEADLINE_MS = 180_000;
 
-/** Runs the handler's tests on Node `major`, killed past the deadline; its exit and output. */
+/** Runs `npm test` on Node `major` (first on PATH), killed past the deadline; its exit and output. */
 async function unitTestsOn(major: (typeof NODE_LINES)[number]) {
-  const child = new Deno.Command(NODES[major], {
-    args: ["--test-force-exit", "--test-timeout=60000", "tests/node/_deno_test_on_node.ts"],
+  const child = new Deno.Command("npm", {
+    args: ["test"],
     cwd: new URL("../..", import.meta.url),
+    env: { PATH: `${dirname(NODES[major])}:${Deno.env.get("PATH") ?? ""}` },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -137,7 +140,7 @@ async function unitTestsOn(major: (typeof NODE_LINES)[number]) {
   return { major, status, output: output + errors };
 }
 
-Deno.test("the handler's tests that need no Deno API pass on Node 24 and 26", async () => {
+Deno.test("npm test passes on Node 24 and 26: the handler's tests and Node's entry over a real port", async () => {
   for (const { major, status, output } of await Promise.all(NODE_LINES.map(unitTestsOn))) {
     const lines = output.split("\n");
     const passed = Number(/^ℹ pass (\d+)$/m.exec(output)?.[1]);
@@ -147,8 +150,11 @@ Deno.test("the handler's tests that need no Deno API pass on Node 24 and 26", as
       status.success,
       `Node ${major} (${status.signal ?? status.code}): ${failures}${last}`,
     );
-    assert.ok(passed >= 40, `Node ${major} ran ${passed} tests`);
+    assert.ok(passed >= 90, `Node ${major} ran ${passed} tests`);
     assert.match(output, /^ℹ fail 0$/m);
+    // Node's entry's tests ran, not ignored (they are, under Deno).
+    const entryTests = lines.filter((line) => /^✔ Node's entry /.test(line));
+    assert.equal(entryTests.length, 4, `Node ${major}: ${entryTests.join("\n")}`);
   }
 });
 
