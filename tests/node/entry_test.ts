@@ -15,6 +15,7 @@
  */
 
 import assert from "node:assert/strict";
+import { connect } from "node:net";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { buildAnswers } from "../../lib/respond/paths.ts";
 import { HEADERS_TIMEOUT_MS } from "../../lib/node/serve.ts";
@@ -54,6 +55,20 @@ async function call(
   const { answers } = await exchange(port, head, { head: method === "HEAD" });
   assert.equal(answers.length, 1, `${method} ${target}: ${answers.length} answers`);
   return answers[0]!;
+}
+
+/** Sends part of a head, then resets the connection (a TCP RST). */
+function resetMidHead(port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: "127.0.0.1", port }, () => {
+      socket.write("GET /api/v1/pla", () =>
+        setTimeout(() => {
+          socket.resetAndDestroy();
+          resolve();
+        }, 100));
+    });
+    socket.on("error", reject);
+  });
 }
 
 /** The five RateLimit fields, present, for a limit of `limit` and `remaining` left. */
@@ -214,9 +229,20 @@ entryTest(
       assert.equal(`${refused.status} ${bodyKind(refused)}`, "400 error:bad_request");
       assertRateLimit(refused, 1000, left, "a refusal");
       assertRateLimit((await exchange(entry.port, plain)).answers[0]!, 1000, left - 1, "after it");
-      await entry.waitFor(() => entry.lines.some((line) => line.method === "-"), 5000);
-      const line = entry.lines.find((record) => record.method === "-")!;
-      assert.deepEqual([line.status, line.path, line.caller], [400, "-", "127.0.0.0"]);
+      // Logged, with "-" for what could not be read. A client that resets its connection
+      // mid-head is no refusal: not answered, not logged.
+      const marked = async (path: string) => {
+        await exchange(entry.port, `GET ${path} HTTP/1.1\r\nHost: localhost\r\n\r\n`);
+        await entry.waitFor(() => entry.lines.some((line) => line.path === path), 5000);
+        return entry.lines.filter((record) => record.method === "-");
+      };
+      const unread = await marked("/before-the-reset");
+      assert.deepEqual(
+        [unread.at(-1)?.status, unread.at(-1)?.path, unread.at(-1)?.caller],
+        [400, "-", "127.0.0.0"],
+      );
+      await resetMidHead(entry.port);
+      assert.equal((await marked("/after-the-reset")).length, unread.length, "a reset is logged");
       const [quiet, slow] = [await silent, await late];
       assert.ok(quiet.closed && quiet.answers.length === 0, "the silent connection is closed");
       assert.ok(quiet.ms >= HEADERS_TIMEOUT_MS - 100, `closed after ${quiet.ms} ms`);

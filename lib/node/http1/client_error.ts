@@ -65,8 +65,10 @@ export function createClientErrorListener(
   return (error, socket) => {
     if (answered.has(socket)) return;
     answered.add(socket);
-    // A connection that failed (ECONNRESET...), or one that sent nothing in time: nothing to answer.
-    if (!socket.writable || (error.code === TIMEOUT && socket.bytesRead === 0)) {
+    // A connection that failed (ECONNRESET, EPIPE: not the parser's `HPE_` errors), or one that
+    // sent nothing in time: nothing to answer, nothing to log.
+    const parser = error.code?.startsWith("HPE_") === true || error.code === TIMEOUT;
+    if (!parser || !socket.writable || (error.code === TIMEOUT && socket.bytesRead === 0)) {
       socket.destroy();
       return;
     }
