@@ -117,7 +117,7 @@ function checkContract(contract: Contract, method: string, target: string, respo
   }
 }
 
-/** The longest `npm test` may take on Node (about 40 s alone, 65 s on a busy machine). */
+/** The longest `npm test` may take on Node (about 50 s on 2 busy cores, 90 s with both lines at once). */
 const UNIT_DEADLINE_MS = 180_000;
 
 /** Runs `npm test` on Node `major` (first on PATH), killed past the deadline; its exit and output. */
