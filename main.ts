@@ -89,6 +89,7 @@ function buildHandler(
   }
   return createHandler({
     ...started,
+    requireHost: true,
     ...(accessLog ? { accessLog: accessLog.log } : {}),
     onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
     onNoAddress: () =>

@@ -20,9 +20,20 @@ export type ErrorCode =
   | "forbidden"
   | "not_found"
   | "method_not_allowed"
+  | "request_timeout"
   | "rate_limited"
   | "rate_limit_unavailable"
-  | "internal_error";
+  | "internal_error"
+  | "not_implemented";
+
+/** The codes of a request the service cannot or will not serve as asked. */
+type RequestErrorCode =
+  | "bad_request"
+  | "forbidden"
+  | "not_found"
+  | "method_not_allowed"
+  | "request_timeout"
+  | "not_implemented";
 
 /** Every {@linkcode ErrorCode}, in the order the documentation lists them. */
 export const ERROR_CODES: readonly ErrorCode[] = [
@@ -30,9 +41,11 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "forbidden",
   "not_found",
   "method_not_allowed",
+  "request_timeout",
   "rate_limited",
   "rate_limit_unavailable",
   "internal_error",
+  "not_implemented",
 ];
 
 /** The body of an error (spec section 2). */
@@ -55,13 +68,20 @@ export interface ErrorInfo {
 
 /** The status and texts of every code, for a configuration. */
 export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
+  return { ...requestErrors(config), ...serviceErrors(config) };
+}
+
+/** The errors of a request the service cannot or will not serve as asked. */
+function requestErrors(config: Config): Record<RequestErrorCode, ErrorInfo> {
   const base = config.baseUrl;
   return {
     bad_request: {
       status: STATUS.BadRequest,
       title: "Bad request",
-      message: "The Host header of this request is not a valid host name.",
-      hint: `Send Host as host[:port], as HTTP clients do by default; this service is ${base}.`,
+      message:
+        "This request cannot be read: its Host header is missing or not a valid host name, or its head is malformed or larger than 64 KiB.",
+      hint:
+        `Send an HTTP/1.1 request with Host as host[:port], as HTTP clients do by default; this service is ${base}.`,
     },
     forbidden: {
       // 403: the operator turned this caller's address away (RATE_LIMIT_DENY); waiting does not
@@ -85,6 +105,28 @@ export function errorCatalog(config: Config): Record<ErrorCode, ErrorInfo> {
       message: "This resource supports only GET, HEAD and OPTIONS.",
       hint: "Send a GET request: the public discovery API is read-only.",
     },
+    request_timeout: {
+      // Node's entry only: Deno.serve has no such bound (lib/node/README.md, "A connection that
+      // sends nothing"), and a connection that sent nothing is closed without an answer.
+      status: STATUS.RequestTimeout,
+      title: "Request timeout",
+      message: "The request's head did not arrive in time.",
+      hint: "Send the whole request head at once, on a new connection.",
+    },
+    not_implemented: {
+      // RFC 9110 section 15.6.2: a method the server does not recognise, for any resource (405 is
+      // for a method it knows but the resource does not allow).
+      status: STATUS.NotImplemented,
+      title: "Not implemented",
+      message: "This service does not recognise the request's method.",
+      hint: "Send a GET request: the public discovery API is read-only.",
+    },
+  };
+}
+
+/** The errors of the limiter and of the service itself. */
+function serviceErrors(config: Config): Record<Exclude<ErrorCode, RequestErrorCode>, ErrorInfo> {
+  return {
     rate_limited: {
       status: STATUS.TooManyRequests,
       title: "Too many requests",

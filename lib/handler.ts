@@ -42,6 +42,7 @@ import {
   forMethod,
   type PathAnswers,
 } from "./respond/answers.ts";
+import { createRefuse, type Refuse } from "./respond/refusal.ts";
 import { buildAnswers } from "./respond/paths.ts";
 import {
   createResponseCache,
@@ -62,7 +63,14 @@ export type Handler = (request: Request, info: PeerInfo) => Response | Promise<R
  * (or the warm-up does), so that a cold start's first response waits for one path, not all
  * (lib/README.md, "Cold start"). A path whose representations failed to build answers 500.
  */
-export type ServiceHandler = Handler & { prepare(): Promise<void> };
+export type ServiceHandler = Handler & {
+  prepare(): Promise<void>;
+  /**
+   * Answers a request the runtime's HTTP parser refused to read (Node's entry: its head malformed,
+   * too large, or late), with its Error for the caller when known: `respond/refusal.ts`.
+   */
+  refuse: Refuse;
+};
 
 /** Options of {@linkcode createHandler}. */
 export interface HandlerOptions {
@@ -86,6 +94,12 @@ export interface HandlerOptions {
   onNoAddress?: () => void;
   /** Options of the cache of prebuilt responses. */
   responseCache?: ResponseCacheOptions;
+  /**
+   * Requests come from the runtime's own HTTP server, listening on `config.hostname` (Deno's
+   * `main.ts`, Node's entry), not built in code or handed over by a platform (Workers): a request
+   * that named no host is answered 400 (RFC 9112 section 3.2; `namesNoHost` in http/message.ts).
+   */
+  requireHost?: boolean;
   /**
    * Build every representation and compressed variant in the background, one per macrotask, starting
    * `warmUp.delayMs` after start-up, so that later requests do not wait for them. Until then (and
@@ -156,7 +170,13 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
     }
     return logged(record, noted, request, target, key, started, host, result);
   };
-  return Object.assign(handler, { prepare: once(() => prepareEager(answers)) });
+  return Object.assign(handler, {
+    prepare: once(() => prepareEager(answers)),
+    refuse: createRefuse({
+      ...parts,
+      behindProxies: options.config.trustedProxies.ranges.length > 0,
+    }),
+  });
 }
 
 /** Hands `response`'s record to the access log and returns the response. */
@@ -244,12 +264,12 @@ function createHandle(
 }
 
 /**
- * Whether `response` refused its request for its `Host` (the only 400 the service sends). The
- * handler logs the target's path (`requestPathOf`), not what a hostile `Host` makes of the URL
- * (lib/README.md, "Host").
+ * Whether `response` refused its request for its `Host`, missing or invalid (the only 400 the
+ * handler sends). The handler logs the target's path (`requestPathOf`), not what a hostile `Host`
+ * makes of the URL (lib/README.md, "Host").
  */
 function badHost(host: string | null, response: Response): boolean {
-  return response.status === 400 && host !== null && !isValidHost(host);
+  return response.status === 400 && (host === null || !isValidHost(host));
 }
 
 /**
@@ -358,7 +378,7 @@ function setUp(options: HandlerOptions): SetUp {
       ...(options.onNoAddress ? { onNoAddress: once(options.onNoAddress) } : {}),
     }),
     cache: createResponseCache(rateLimitConstants(policyOf(config)), options.responseCache),
-    choose: createChooser(answers),
+    choose: createChooser(answers, options.requireHost ? { listenHostname: config.hostname } : {}),
     noDecision: undecided(policyOf(config)),
     record: options.accessLog ? createAccessRecorder(options.accessLog, now) : undefined,
   };

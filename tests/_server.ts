@@ -22,6 +22,8 @@ import type { PathAnswers } from "../lib/respond/answers.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/core/decision.ts";
 import { DISK_STATIC_FILES } from "../lib/server/static_files.ts";
+import { NODE_STATIC_FILES } from "../lib/node/files.ts";
+import type { StaticFiles } from "../lib/pages/content.ts";
 
 /** The five rate-limit fields every response carries. */
 export const RATE_LIMIT_FIELDS: readonly string[] = [
@@ -88,9 +90,18 @@ export function testConfig(env: EnvRecord = {}): Config {
   return result.config;
 }
 
+/**
+ * The static files as the runtime running the tests reads them: Deno's reader, or Node's entry's
+ * when the tests run on Node (`npm test`: tests/node/_deno_test_on_node.ts gives them `Deno.test`
+ * alone).
+ */
+const STATIC_FILES: StaticFiles = "readTextFileSync" in Deno
+  ? DISK_STATIC_FILES
+  : NODE_STATIC_FILES;
+
 /** Loads the content of `static/` for `config`, throwing on any problem. */
 export function testContent(config: Config): Content {
-  const result = loadContent(config, DISK_STATIC_FILES);
+  const result = loadContent(config, STATIC_FILES);
   if (!result.ok) throw new Error(`static content is invalid:\n${result.errors.join("\n")}`);
   return result.content;
 }
@@ -153,6 +164,8 @@ export function startServer(options: ServerOptions = {}): Promise<TestServer> {
     now: clock.now,
     accessLog: (record) => records.push(record),
     onError: (error) => errors.push(error),
+    // As main.ts: the requests come from a listener of the service's own.
+    requireHost: true,
   });
   const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, handler);
   const port = server.addr.port;

@@ -25,9 +25,11 @@ Deno.test("every error code has a status and non-empty message and hint", () => 
     forbidden: 403,
     not_found: 404,
     method_not_allowed: 405,
+    request_timeout: 408,
     rate_limited: 429,
     rate_limit_unavailable: 429,
     internal_error: 500,
+    not_implemented: 501,
   });
   for (const code of ERROR_CODES) {
     assert.ok(catalog[code].message.length > 0 && catalog[code].hint.length > 0, code);

@@ -17,9 +17,31 @@ export const STATUS = {
   Forbidden: 403,
   NotFound: 404,
   MethodNotAllowed: 405,
+  RequestTimeout: 408,
   TooManyRequests: 429,
   InternalServerError: 500,
+  NotImplemented: 501,
 } as const;
+
+/**
+ * The methods the service recognises: RFC 9110's (section 9) and PATCH (RFC 5789). Any other method
+ * is answered 501, on every path (RFC 9110 sections 9.1 and 15.6.2: "the appropriate response when
+ * the server does not recognize the request method"); one of these that a path does not allow, 405.
+ * Each is a method Node's parser knows (`http.METHODS`), so that the handler decides for both
+ * runtimes: Node's parser refuses any other, and its entry hands such a request to the handler itself
+ * (lib/node/http1/client_error.ts).
+ */
+export const RECOGNISED_METHODS: ReadonlySet<string> = new Set([
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "DELETE",
+  "CONNECT",
+  "OPTIONS",
+  "TRACE",
+  "PATCH",
+]);
 
 /**
  * The path of an absolute request URL, without query or fragment, as sent (not decoded).
@@ -100,12 +122,17 @@ export function ifNoneMatchMatches(ifNoneMatch: string, etag: string): boolean {
   return false;
 }
 
-/** host, IPv4, or bracketed IPv6, then an optional port: what RFC 9112 section 3.2 allows in `Host`. */
-const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
+/**
+ * host, IPv4, or bracketed IPv6, then an optional port: what RFC 9112 section 3.2 allows in `Host`,
+ * the host not empty (RFC 9110 section 4.2.1: an `http` URI with an empty host is invalid, and its
+ * recipient must reject it).
+ */
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]+)(?::\d*)?$/;
 
 /**
  * Whether a `Host` value is a valid host[:port]. The runtime builds `Request.url` from it, so a value
- * with `/`, `?`, `#` or `@` in it would otherwise choose the path the handler sees.
+ * with `/`, `?`, `#` or `@` in it would otherwise choose the path the handler sees. An empty value
+ * is not valid: the service's URIs are `http` ones, whose host is never empty.
  */
 export function isValidHost(host: string): boolean {
   return host.length <= MAX_HOST_LENGTH && HOST.test(host);
@@ -124,13 +151,56 @@ export function isValidHost(host: string): boolean {
  * ```
  */
 export function createHostCheck(): (host: string) => boolean {
-  let lastValid = "";
+  let lastValid: string | undefined;
   return (host) => {
     if (host === lastValid) return true;
     if (!isValidHost(host)) return false;
     lastValid = host;
     return true;
   };
+}
+
+/**
+ * Whether a request that carries no `Host` field named no host at all, so that RFC 9112 section 3.2
+ * requires a 400. The runtime builds its URL from what the client named: the target's authority
+ * (absolute-form, HTTP/2's `:authority`), else `Host`, else the listener's own address, which Deno
+ * writes as `localhost` for a loopback or unspecified one and as the address itself otherwise
+ * (ext/http/request_properties.rs, `req_host_from_addr`); Node's entry writes it the same way
+ * (lib/node/http1/request_target.ts). An HTTP/1.0 request without `Host` is one too: Deno gives the
+ * handler the same URL and fields for both versions, and RFC 9110 section 7.2 asks every client to
+ * send `Host`. An HTTP/2 request whose `:authority` is `localhost` cannot be told from one that named
+ * nothing (lib/node/README.md).
+ *
+ * @param url the request's URL, as the runtime built it
+ * @param listenHostname the address the service listens on (`HOSTNAME`)
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(namesNoHost("http://localhost:8000/api/v1/platform", "0.0.0.0"), true);
+ * assert.equal(namesNoHost("http://api.example.com/api/v1/platform", "0.0.0.0"), false);
+ * assert.equal(namesNoHost("http://[2001:db8::5]:8000/", "2001:db8::5"), true);
+ * ```
+ */
+export function namesNoHost(url: string, listenHostname: string): boolean {
+  const scheme = url.indexOf("://");
+  if (scheme === -1) return false;
+  const start = scheme + 3;
+  let end = start;
+  while (end < url.length && url[end] !== "/" && url[end] !== "?" && url[end] !== "#") end++;
+  const authority = url.slice(start, end);
+  const closing = authority.startsWith("[") ? authority.indexOf("]") : -1;
+  const colon = authority.indexOf(":", closing === -1 ? 0 : closing);
+  const hostname = (colon === -1 ? authority : authority.slice(0, colon)).replace(/^\[|\]$/g, "");
+  return hostname === "localhost" ||
+    (!listensOnLoopbackOrAny(listenHostname) &&
+      hostname === listenHostname.replace(/^\[|\]$/g, ""));
+}
+
+/** Whether the runtime names a listener on `hostname` `localhost` in a URL (see {@linkcode namesNoHost}). */
+function listensOnLoopbackOrAny(hostname: string): boolean {
+  const bare = hostname.replace(/^\[|\]$/g, "").toLowerCase();
+  return bare === "localhost" || bare === "0.0.0.0" || bare === "::" || bare === "::1" ||
+    bare.startsWith("127.") || bare === "::ffff:127.0.0.1";
 }
 
 /**

@@ -18,6 +18,23 @@ import { toBase64 } from "./base64.ts";
 
 let compressionOn = false;
 
+/** Compresses a body in one content coding. */
+export type Compressor = (
+  bytes: Uint8Array<ArrayBuffer>,
+  encoding: "br" | "gzip",
+) => Promise<Uint8Array<ArrayBuffer>>;
+
+let compressor: Compressor = compressBytes;
+
+/**
+ * Compresses the representations built from now on with `compress` rather than the runtime's
+ * `CompressionStream` ({@linkcode compressBytes}): Node's entry gives `node:zlib` with Deno's
+ * settings (lib/node/compress.ts), where Node's own stream compresses br at another quality.
+ */
+export function useCompressor(compress: Compressor): void {
+  compressor = compress;
+}
+
 /**
  * Enables compression: representations built from now on are built with their br and gzip variants,
  * and those built before get theirs on first read, in the background ({@linkcode compressVariants}
@@ -81,9 +98,10 @@ const ENCODER = new TextEncoder();
  * compressed before the promise resolves; a representation built before that gets them from
  * `compress()`, which the warm-up awaits, or in the background from the first read of
  * `variants.br` or `variants.gzip` (that read still gets `undefined`): compressing at start-up would
- * delay the first response (lib/README.md, "Cold start"). A compressed variant's ETag is the
- * identity ETag with the coding appended: its bytes are a function of the identity bytes (the
- * runtime's fixed settings, {@linkcode compressBytes}), so it changes with them.
+ * delay the first response (lib/README.md, "Cold start"). Each variant's ETag names its own bytes:
+ * the SHA-256 of the bytes it sends, a compressed one's with its coding appended. Compressors differ
+ * (Deno's and Node's give other bytes for one body), so one tag never names two bodies, across
+ * runtimes and upgrades.
  *
  * @example
  * ```ts
@@ -102,15 +120,15 @@ export async function buildRepresentation(
   const identityBytes: Uint8Array<ArrayBuffer> = typeof body === "string"
     ? ENCODER.encode(body)
     : new Uint8Array(body);
-  const variantOf = variantBuilder(type, await digest(identityBytes), options);
-  const identity = variantOf(identityBytes, "identity");
+  const variantOf = variantBuilder(type, options);
+  const identity = variantOf(identityBytes, await digest(identityBytes), "identity");
   // A coding that does not make the body smaller shares the identity variant; so does one the
   // runtime cannot produce (Workers' CompressionStream has no brotli), each coding on its own: a
   // missing br never keeps gzip from being built.
   const coded = async (encoding: "br" | "gzip"): Promise<Variant> => {
-    const encoded = await compressBytes(identityBytes, encoding).catch(() => undefined);
+    const encoded = await compressor(identityBytes, encoding).catch(() => undefined);
     return encoded !== undefined && encoded.length < identityBytes.length
-      ? variantOf(encoded, encoding)
+      ? variantOf(encoded, await digest(encoded), encoding)
       : identity;
   };
   let br: Variant | undefined;
@@ -140,16 +158,18 @@ export async function buildRepresentation(
   return { type, variants, compress };
 }
 
-/** The builder of a representation's variants: each coding's bytes, ETag and header fields. */
+/**
+ * The builder of a representation's variants: each coding's bytes, ETag (from `tag`, the digest of
+ * those bytes) and header fields.
+ */
 function variantBuilder(
   type: string,
-  identityTag: string,
   options: RepresentationOptions,
-): (bytes: Uint8Array<ArrayBuffer>, encoding: Encoding) => Variant {
+): (bytes: Uint8Array<ArrayBuffer>, tag: string, encoding: Encoding) => Variant {
   const extra = options.headers ?? [];
   const cacheControl = options.cacheControl ?? "no-cache";
-  return (bytes, encoding) => {
-    const etag = encoding === "identity" ? `"${identityTag}"` : `"${identityTag}-${encoding}"`;
+  return (bytes, tag, encoding) => {
+    const etag = encoding === "identity" ? `"${tag}"` : `"${tag}-${encoding}"`;
     const common: Array<readonly [string, string]> = [
       ["etag", etag],
       ["cache-control", cacheControl],

@@ -25,6 +25,8 @@ import type { RateLimitStore } from "../limit/core/decision.ts";
 import { storeEventOptions } from "../store_events.ts";
 import { errorFields, event, fatal, fatalSentence, STDOUT, writeAllSync } from "./events.ts";
 import { NODE_STATIC_FILES } from "./files.ts";
+import { useCompressor } from "../http/representation.ts";
+import { compressLikeDeno } from "./compress.ts";
 import { type NodeServeEvent, type NodeServer, serveNode } from "./serve.ts";
 import { explainListenError, explainStartupError } from "./startup.ts";
 
@@ -142,6 +144,7 @@ async function main(): Promise<void> {
     ? createAccessLog((chunk) => writeAllSync(STDOUT, chunk))
     : undefined;
   const warmUpStop = new AbortController();
+  useCompressor(compressLikeDeno);
   const handler = createHandler({
     config,
     content,
@@ -150,6 +153,7 @@ async function main(): Promise<void> {
     // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
     // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
     responseCache: { keep: false },
+    requireHost: true,
     ...(accessLog ? { accessLog: accessLog.log } : {}),
     onError: (error) => event("error", "unexpected error answered 500", errorFields(error)),
     onNoAddress: () =>

@@ -14,7 +14,14 @@
  *   connections accepted again;
  * - an idle keep-alive connection kept {@linkcode KEEP_ALIVE_TIMEOUT_MS}, longer than nginx keeps
  *   its idle upstream connections (60 s), where Node's default (5 s) would close connections nginx
- *   is about to reuse.
+ *   is about to reuse;
+ * - the answer Deno gives to every request (lib/node/README.md): the request's URL as Deno builds it
+ *   (`http1/request_target.ts`), heads up to Deno's 64 KiB and 128 fields, no `Host` and
+ *   `Expect` left to the handler, the HTTP/1.0 status line to HTTP/1.0 (`http1/response_version.ts`),
+ *   CONNECT answered (`http1/connect.ts`), and Node's parser's refusals answered by the handler
+ *   (`http1/client_error.ts`);
+ * - a head that does not arrive within {@linkcode HEADERS_TIMEOUT_MS} refused, and its connection
+ *   closed.
  *
  * @module
  */
@@ -22,8 +29,15 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Handler } from "../handler.ts";
-import type { PeerInfo } from "../limit/caller/caller_key.ts";
+import type { Refuse } from "../respond/refusal.ts";
 import { messageOf } from "../text/error_message.ts";
+import { type ClientErrorOptions, createClientErrorListener } from "./http1/client_error.ts";
+import { createConnectListener } from "./http1/connect.ts";
+import { peerOf } from "./http1/peer.ts";
+import { RawFields } from "./http1/raw_fields.ts";
+import { MAX_FIELDS } from "./http1/raw_head.ts";
+import { fallbackAuthority, urlOf } from "./http1/request_target.ts";
+import { VersionedResponse } from "./http1/response_version.ts";
 
 /**
  * How long an idle keep-alive connection is kept, in ms: above nginx's `keepalive_timeout` for its
@@ -34,6 +48,25 @@ export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 /** How long a new accept must last before an accept incident is reported over, in ms. */
 const RECOVERED_AFTER_MS = 1000;
+
+/**
+ * How long a request's head may take to arrive, in ms: as long as the recipe's nginx gives a client
+ * (`client_header_timeout 10s`, deploy/nginx.conf), where Node's 60 s (checked every 30 s) kept a
+ * connection that sent nothing about 90 s. Deno's server has no such bound (lib/node/README.md).
+ */
+export const HEADERS_TIMEOUT_MS = 10_000;
+
+/**
+ * How long a whole request may take, body included, in ms (Node requires it at least the head's):
+ * the service reads no body, and Node discards one after the answer, holding the connection.
+ */
+const REQUEST_TIMEOUT_MS = 30_000;
+
+/** How often Node checks those two bounds, in ms (its default, 30 s, would let them overrun by that). */
+const TIMEOUT_CHECK_MS = 1000;
+
+/** The largest request head read, in bytes: Deno's (libs/http_h1/conn.rs, `MAX_HEAD_BYTES`). */
+export const MAX_HEAD_BYTES = 64 * 1024;
 
 /** An event of a {@linkcode NodeServer}, for the operational log (as `lib/server/listener.ts`'s). */
 export type NodeServeEvent =
@@ -72,22 +105,30 @@ export interface NodeServer {
   closeAll(): void;
 }
 
+/** The service's handler, and its answer to the requests Node's parser refuses. */
+export type NodeHandler = Handler & { refuse: Refuse };
+
+/** What each request is answered with: the handler, the drain's flag, the listener's authority. */
+interface AnswerState {
+  readonly handler: NodeHandler;
+  closing: boolean;
+  fallback: string;
+}
+
 /**
  * Serves `handler` on `hostname:port`; rejects with Node's error when it cannot listen (the port
  * taken, a permission), for the entry to say in one sentence.
  */
-export async function serveNode(handler: Handler, options: NodeServeOptions): Promise<NodeServer> {
-  const state = { closing: false };
+export async function serveNode(
+  handler: NodeHandler,
+  options: NodeServeOptions,
+): Promise<NodeServer> {
+  const state: AnswerState = { handler, closing: false, fallback: "localhost" };
   const onError = options.onError ?? (() => {});
-  const server = createServer({ keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS }, (req, res) => {
-    answer(handler, req, res, state).catch((error) => {
-      onError(error);
-      if (!res.headersSent) res.writeHead(500, { "content-length": "0" });
-      res.end();
-    });
-  });
+  const server = createNodeServer(state, onError);
   await listen(server, options);
   const bound = server.address() as AddressInfo;
+  state.fallback = fallbackAuthority(bound.address, bound.port);
   const address = `http://${
     bound.family === "IPv6" ? `[${bound.address}]` : bound.address
   }:${bound.port}/`;
@@ -106,6 +147,56 @@ export async function serveNode(handler: Handler, options: NodeServeOptions): Pr
       }),
     closeAll: () => server.closeAllConnections(),
   };
+}
+
+/**
+ * Node's HTTP server as the service needs it: Deno's bounds on a head, no `Host` or `Expect` check of
+ * Node's own (the handler decides), the timeouts, and listeners for what Node would otherwise answer
+ * itself or drop: CONNECT, an expectation, a parser's refusal.
+ */
+function createNodeServer(state: AnswerState, onError: (error: unknown) => void): Server {
+  const server = createServer({
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    headersTimeout: HEADERS_TIMEOUT_MS,
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+    maxHeaderSize: MAX_HEAD_BYTES,
+    requireHostHeader: false,
+    ServerResponse: VersionedResponse,
+  }, (req, res) => {
+    answer(req, res, state).catch((error) => {
+      onError(error);
+      if (!res.headersSent) res.writeHead(500, { "content-length": "0" });
+      res.end();
+    });
+  });
+  // One more than Deno takes, to tell a head with too many fields (Node drops those past the count).
+  server.maxHeadersCount = MAX_FIELDS + 1;
+  const raw: ClientErrorOptions = {
+    handler: state.handler,
+    fallback: () => state.fallback,
+    onError,
+  };
+  server.on("clientError", createClientErrorListener(raw));
+  server.on("connect", createConnectListener(raw));
+  // Deno sends 100 Continue only to a request with a body, and ignores any other expectation (RFC
+  // 9110 section 10.1.1 lets a server answer 417 to one, not must): Node's own would send 100 to
+  // every `Expect: 100-continue` and 417 to the rest.
+  server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    if (hasBody(req)) res.writeContinue();
+    server.emit("request", req, res);
+  });
+  server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    server.emit("request", req, res);
+  });
+  return server;
+}
+
+/** Whether a request announces a body: a `Content-Length` above 0, or `Transfer-Encoding`. */
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers["content-length"];
+  return req.headers["transfer-encoding"] !== undefined ||
+    (length !== undefined && Number(length) > 0);
 }
 
 /** Listens, resolving once bound, rejecting with the error that prevented it. */
@@ -153,75 +244,33 @@ function watchAccepts(server: Server, emit: (event: NodeServeEvent) => void): vo
   });
 }
 
-/** Answers one request with `handler`'s response. */
+/**
+ * Answers one request with the handler's response, or its refusal. The handler is given the request
+ * as it reads it: its method, its URL as Deno builds it, and its fields' `get` and `has`; not a
+ * `Request` built by undici, which costs more than the rest of a request on Node
+ * (tests/bench/README.md, "Node"), while the handler reads nothing else (the service reads no body).
+ */
 async function answer(
-  handler: Handler,
   req: IncomingMessage,
   res: ServerResponse,
-  state: { readonly closing: boolean },
+  state: AnswerState,
 ): Promise<void> {
-  const response = await handler(requestOf(req), peerOf(req));
+  const method = req.method ?? "GET";
+  const headers = new RawFields(req.rawHeaders);
+  const url = urlOf(method, req.url ?? "/", req.headers.host, state.fallback);
+  const info = peerOf(req.socket);
+  // A target its method cannot have, or more fields than Deno takes: Deno's parser's 400.
+  const refused = url === undefined || req.rawHeaders.length > 2 * MAX_FIELDS;
+  const response = refused
+    ? await state.handler.refuse("bad_request", { method, url, headers }, info)
+    : await state.handler({ method, url, headers } as unknown as Request, info);
   const body = response.body === null ? undefined : new Uint8Array(await response.arrayBuffer());
   const fields: string[] = [];
   for (const [name, value] of response.headers) fields.push(name, value);
-  if (state.closing) fields.push("connection", "close");
+  if (state.closing || refused) fields.push("connection", "close");
   // As Deno sends them: the body's length, and none for a response without a body (a 304, a
   // preflight's 204, HEAD: the handler gives those their own).
   if (body !== undefined) fields.push("content-length", String(body.length));
   res.writeHead(response.status, fields);
-  res.end(req.method === "HEAD" ? undefined : body);
-}
-
-/**
- * The request as the handler reads it: its method, its URL (`http://` + `Host` + the target, as
- * Deno makes it) and its fields' `get` and `has`. Not a `Request` built by undici: that costs more
- * than the rest of a request on Node (tests/bench/README.md, "Node"), and the handler reads nothing
- * else (no body: the service reads none).
- */
-function requestOf(req: IncomingMessage): Request {
-  return {
-    method: req.method ?? "GET",
-    url: `http://${req.headers.host ?? ""}${req.url ?? "/"}`,
-    headers: new RawFields(req.rawHeaders),
-  } as unknown as Request;
-}
-
-/**
- * A request's fields as `Headers` answers `get` and `has`, over Node's raw list: a name matched
- * whatever its case, the values of a repeated field joined with ", " (Node's own `headers` object
- * keeps only the first of some, such as a repeated `Host`).
- */
-class RawFields {
-  readonly #raw: readonly string[];
-
-  constructor(raw: readonly string[]) {
-    this.#raw = raw;
-  }
-
-  get(name: string): string | null {
-    const wanted = name.toLowerCase();
-    const raw = this.#raw;
-    let value: string | null = null;
-    for (let i = 0; i < raw.length; i += 2) {
-      const field = raw[i]!;
-      if (field.length === wanted.length && field.toLowerCase() === wanted) {
-        value = value === null ? raw[i + 1]! : `${value}, ${raw[i + 1]}`;
-      }
-    }
-    return value;
-  }
-
-  has(name: string): boolean {
-    return this.get(name) !== null;
-  }
-}
-
-/** The caller's address: the socket's peer (`::ffff:`-mapped IPv4 is unmapped by the caller key). */
-function peerOf(req: IncomingMessage): PeerInfo {
-  const hostname = req.socket.remoteAddress;
-  return {
-    remoteAddr: hostname === undefined
-      ? { transport: "none" }
-      : { transport: "tcp", hostname, port: req.socket.remotePort ?? 0 },
-  };
+  res.end(method === "HEAD" ? undefined : body);
 }

@@ -20,7 +20,15 @@ import {
   errorJson,
   errorMarkdown,
 } from "../errors.ts";
-import { createHostCheck, type HeaderField, ifNoneMatchMatches, STATUS } from "../http/message.ts";
+import {
+  createHostCheck,
+  type HeaderField,
+  ifNoneMatchMatches,
+  namesNoHost,
+  RECOGNISED_METHODS,
+  requestPathOf,
+  STATUS,
+} from "../http/message.ts";
 import { type Encoding, memoize, preferredEncoding, preferredType } from "../http/negotiate.ts";
 import type { Representation, Variant } from "../http/representation.ts";
 import { once } from "../once.ts";
@@ -87,10 +95,14 @@ export interface VariantAnswers extends GetAndHead {
 export interface FixedAnswers {
   /** 204 to OPTIONS and to a CORS preflight. */
   readonly preflight: ResponseTemplate;
-  /** 405 to any method but GET, HEAD and OPTIONS. */
+  /** 405 to a recognised method but GET, HEAD and OPTIONS (`RECOGNISED_METHODS`). */
   readonly methodNotAllowed: ResponseTemplate;
-  /** 400: the `Host` field is not a valid host. */
+  /** 501 to a method the service does not recognise, on every path. */
+  readonly notImplemented: ResponseTemplate;
+  /** 400: the `Host` field is missing or not a valid host, or the runtime could not read the head. */
   readonly badRequest: GetAndHead;
+  /** 408: the head did not arrive in time (Node's entry: lib/node/http1/client_error.ts). */
+  readonly requestTimeout: GetAndHead;
   /** 403 `forbidden`: the caller's address is in `RATE_LIMIT_DENY`. */
   readonly forbidden: GetAndHead;
   /** 429: the caller's quota is spent. */
@@ -284,7 +296,9 @@ export function fixedAnswers(render: ErrorRenderer, fields: readonly HeaderField
     fields: [...COMMON_FIELDS, ["allow", ALLOWED_METHODS], ...CORS_ALLOW_FIELDS, ...fields],
   }));
   const methodNotAllowed = once(() => render("method_not_allowed", "json", fields).get);
+  const notImplemented = once(() => render("not_implemented", "json", fields).get);
   const badRequest = once(() => render("bad_request", "json", fields));
+  const requestTimeout = once(() => render("request_timeout", "json", fields));
   const forbidden = once(() => render("forbidden", "json", fields));
   const rateLimited = once(() => render("rate_limited", "json", fields));
   const unavailable = once(() => render("rate_limit_unavailable", "json", fields));
@@ -296,8 +310,14 @@ export function fixedAnswers(render: ErrorRenderer, fields: readonly HeaderField
     get methodNotAllowed() {
       return methodNotAllowed();
     },
+    get notImplemented() {
+      return notImplemented();
+    },
     get badRequest() {
       return badRequest();
+    },
+    get requestTimeout() {
+      return requestTimeout();
     },
     get forbidden() {
       return forbidden();
@@ -368,10 +388,21 @@ export function notFoundAnswers(
 
 /** Picks the answer of a request on `path` (`undefined`: an unknown path) after `decision`. */
 export type Chooser = (
-  request: Pick<Request, "method" | "headers">,
+  request: Pick<Request, "method" | "headers" | "url">,
   path: PathAnswers | undefined,
   decision: Decision,
 ) => ResponseTemplate | Promise<ResponseTemplate>;
+
+/** Options of {@linkcode createChooser}. */
+export interface ChooserOptions {
+  /**
+   * The address the service listens on (`HOSTNAME`), where requests come from the runtime's own
+   * HTTP server (Deno's and Node's entries): a request that named no host is then answered 400
+   * (`namesNoHost`, RFC 9112 section 3.2). Unset (Workers, a `Request` built in code), a request
+   * without `Host` is answered as any other.
+   */
+  listenHostname?: string;
+}
 
 /** HEAD's answer of `pair` for HEAD, GET's for every other method. */
 export function forMethod(pair: GetAndHead, method: string): ResponseTemplate {
@@ -405,9 +436,11 @@ export function variantResponse(
 
 /**
  * Creates the per-request choice over the service's answers (it remembers the last valid `Host`):
- * a refused request gets its 429; an invalid `Host` its 400 (RFC 9112 section 3.2); an unknown path
- * its 404 in the preferred media type; GET and HEAD the variant that `Accept` and `Accept-Encoding`
- * select, or its 304 when `If-None-Match` matches; OPTIONS its 204; any other method its 405.
+ * a refused request gets its 429; a missing or invalid `Host` its 400 (RFC 9112 section 3.2); GET
+ * and HEAD the variant that `Accept` and `Accept-Encoding` select, or its 304 when `If-None-Match`
+ * matches, or on an unknown path its 404 in the preferred media type; a method the service does not
+ * recognise its 501; an unknown path its 404, but `OPTIONS *` (which the runtime hands over as the
+ * path `/*`) the server's 204; OPTIONS its 204; any other method its 405.
  *
  * @example
  * ```ts
@@ -426,10 +459,19 @@ export function variantResponse(
  * const request = new Request("http://localhost/x", { method: "DELETE" });
  * assert.equal((await choose(request, answers.paths.get("/llms.txt"), admitted)).status, 405);
  * assert.equal((await choose(request, undefined, admitted)).status, 404);
+ * const unknownMethod = new Request("http://localhost/x", { method: "FOO" });
+ * assert.equal((await choose(unknownMethod, undefined, admitted)).status, 501);
  * ```
  */
-export function createChooser(answers: Answers): Chooser {
+export function createChooser(answers: Answers, options: ChooserOptions = {}): Chooser {
   const hostIsValid = createHostCheck();
+  const listen = options.listenHostname;
+  const notFound = (method: string, accept: string | null) => {
+    const pair = answers.notFound(accept);
+    return pair instanceof Promise
+      ? pair.then((built) => forMethod(built, method))
+      : forMethod(pair, method);
+  };
   return (request, path, decision) => {
     const method = request.method;
     const fixed = path === undefined ? answers.unknown : path.fixed;
@@ -438,18 +480,24 @@ export function createChooser(answers: Answers): Chooser {
     }
     const headers = request.headers;
     const host = headers.get("host");
-    if (host !== null && !hostIsValid(host)) return forMethod(fixed.badRequest, method);
-    if (path === undefined) {
-      const notFound = answers.notFound(headers.get("accept"));
-      return notFound instanceof Promise
-        ? notFound.then((pair) => forMethod(pair, method))
-        : forMethod(notFound, method);
+    // Without `Host`, the URL is read only where the entry said it comes from a listener of its own.
+    if (
+      host === null ? listen !== undefined && namesNoHost(request.url, listen) : !hostIsValid(host)
+    ) {
+      return forMethod(fixed.badRequest, method);
     }
     if (method === "GET" || method === "HEAD") {
+      if (path === undefined) return notFound(method, headers.get("accept"));
       const variant = path.variant(headers.get("accept"), headers.get("accept-encoding"));
       return variant instanceof Promise
         ? variant.then((built) => variantResponse(request, built))
         : variantResponse(request, variant);
+    }
+    if (!RECOGNISED_METHODS.has(method)) return fixed.notImplemented;
+    if (path === undefined) {
+      // RFC 9110 section 9.3.7: `OPTIONS *` asks about the server, not a resource.
+      if (method === "OPTIONS" && requestPathOf(request.url, host) === "/*") return fixed.preflight;
+      return notFound(method, headers.get("accept"));
     }
     return method === "OPTIONS" ? fixed.preflight : fixed.methodNotAllowed;
   };

@@ -11,6 +11,7 @@ import {
   ifNoneMatchMatches,
   isCorsPreflight,
   isValidHost,
+  namesNoHost,
   pathOf,
 } from "../../lib/http/message.ts";
 
@@ -58,8 +59,39 @@ Deno.test("createHostCheck() answers as isValidHost() does, the remembered host 
     "[::1]:8000",
     "x@y",
     "[::1]:8000",
+    "",
   ];
   for (const host of hosts) assert.equal(hostIsValid(host), isValidHost(host), host);
+});
+
+Deno.test("isValidHost() refuses an empty host, with or without a port (RFC 9110 section 4.2.1)", () => {
+  assert.equal(isValidHost(""), false);
+  assert.equal(isValidHost(":8000"), false);
+  assert.equal(isValidHost("a"), true);
+  assert.equal(isValidHost("a:"), true);
+});
+
+Deno.test("namesNoHost() tells the URL a runtime writes for a request that named no host", () => {
+  // As Deno writes it (ext/http/request_properties.rs): localhost for a loopback or unspecified
+  // listener, the address itself otherwise, with the port unless it is 80.
+  const cases: Array<[string, string, boolean]> = [
+    ["http://localhost:8000/api/v1/platform", "0.0.0.0", true],
+    ["http://localhost/x", "::", true],
+    ["http://localhost:8000/x", "127.0.0.1", true],
+    ["http://10.0.0.5:8000/x", "10.0.0.5", true],
+    ["http://[2001:db8::5]:8000/x", "2001:db8::5", true],
+    ["http://[2001:db8::5]:8000/x", "[2001:db8::5]", true],
+    // Named by the client: an absolute-form target, HTTP/2's :authority.
+    ["http://api.example/x", "0.0.0.0", false],
+    ["http://10.0.0.5:8000/x", "0.0.0.0", false],
+    ["http://127.0.0.1:8000/x", "0.0.0.0", false],
+    ["http://localhost.example/x", "0.0.0.0", false],
+    ["http://10.0.0.6:8000/x", "10.0.0.5", false],
+    ["http://api.example?x", "0.0.0.0", false],
+  ];
+  for (const [url, listen, expected] of cases) {
+    assert.equal(namesNoHost(url, listen), expected, `${url} on ${listen}`);
+  }
 });
 
 Deno.test("isCorsPreflight() needs OPTIONS, Origin and Access-Control-Request-Method together", () => {

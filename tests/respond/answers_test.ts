@@ -16,6 +16,7 @@ import { buildRepresentation, enableCompression } from "../../lib/http/represent
 import type { Decision } from "../../lib/limit/core/decision.ts";
 import {
   type Answers,
+  type ChooserOptions,
   createChooser as createAnyChooser,
   createErrorRenderer,
   type PathAnswers,
@@ -186,8 +187,8 @@ function known(service: Answers, path: string): PathAnswers {
 }
 
 /** The chooser of `service`, for answers that are built: a value, never a promise. */
-function createChooser(service: Answers) {
-  const choose = createAnyChooser(service);
+function createChooser(service: Answers, options: ChooserOptions = {}) {
+  const choose = createAnyChooser(service, options);
   return (...args: Parameters<typeof choose>): ResponseTemplate => {
     const chosen = choose(...args);
     assert.ok(!(chosen instanceof Promise), "an answer built already is chosen without waiting");
@@ -228,6 +229,61 @@ Deno.test("an invalid Host is answered 400 on a known and an unknown path; a val
   );
   assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
   assert.equal(choose(request("GET", { host: "api.example" }), llms, ADMITTED).status, 200);
+});
+
+Deno.test("a request without Host is answered 400 when it came to a listener of the service's own and named no host", async () => {
+  const service = await builtAnswers();
+  const listening = createChooser(service, { listenHostname: "0.0.0.0" });
+  const llms = known(service, "/llms.txt");
+  // The URL the runtime writes when the request named no host (namesNoHost).
+  const named = (url: string) => new Request(url);
+  assert.equal(
+    listening(named("http://localhost:8000/llms.txt"), llms, ADMITTED),
+    llms.fixed.badRequest.get,
+  );
+  // An absolute-form target or HTTP/2's :authority named one.
+  assert.equal(listening(named("http://api.example/llms.txt"), llms, ADMITTED).status, 200);
+  // Without a listener of its own (Workers, a Request built in code), no Host is no refusal.
+  const choose = createChooser(service);
+  assert.equal(choose(named("http://localhost:8000/llms.txt"), llms, ADMITTED).status, 200);
+  // An empty Host is not a host, wherever the request came from.
+  assert.equal(
+    choose(request("GET", { host: "" }), llms, ADMITTED),
+    llms.fixed.badRequest.get,
+  );
+});
+
+Deno.test("a method the service does not recognise is answered 501 on every path; a recognised one 405 or 404", async () => {
+  const service = await builtAnswers();
+  const choose = createChooser(service);
+  const llms = known(service, "/llms.txt");
+  // Methods are case-sensitive (RFC 9110 section 9.1): `patch` is not PATCH (`Request` writes
+  // `get` as GET, but not `patch`).
+  for (const method of ["FOO", "PROPFIND", "patch", "M-SEARCH"]) {
+    assert.equal(choose(request(method), llms, ADMITTED), llms.fixed.notImplemented, method);
+    assert.equal(choose(request(method), undefined, ADMITTED), service.unknown.notImplemented);
+  }
+  assert.equal(llms.fixed.notImplemented.status, 501);
+  // TRACE and CONNECT as the runtime hands them over: `new Request` refuses them.
+  const raw = (method: string) => ({ method, url: "http://localhost/any", headers: new Headers() });
+  for (const method of ["POST", "PUT", "DELETE", "PATCH", "TRACE", "CONNECT"]) {
+    assert.equal(choose(raw(method), llms, ADMITTED), llms.fixed.methodNotAllowed, method);
+    assert.equal(choose(raw(method), undefined, ADMITTED).status, 404, method);
+  }
+  // Refused first, as every request.
+  assert.equal(choose(request("FOO"), llms, REFUSED), llms.fixed.rateLimited.get);
+});
+
+Deno.test("OPTIONS * (the path /* as the runtime hands it over) is the server's 204; another method on it 404", async () => {
+  const service = await builtAnswers();
+  const choose = createChooser(service);
+  const asterisk = (method: string) => new Request("http://localhost/*", { method });
+  assert.equal(choose(asterisk("OPTIONS"), undefined, ADMITTED), service.unknown.preflight);
+  assert.equal(service.unknown.preflight.status, 204);
+  assert.equal(choose(asterisk("GET"), undefined, ADMITTED).status, 404);
+  assert.equal(choose(asterisk("POST"), undefined, ADMITTED).status, 404);
+  const elsewhere = new Request("http://localhost/a/*", { method: "OPTIONS" });
+  assert.equal(choose(elsewhere, undefined, ADMITTED).status, 404);
 });
 
 Deno.test("an unknown path is answered 404 in the preferred media type, whatever the method", async () => {
