@@ -90,7 +90,7 @@ export function createAccessRecorder(
     }
     if (key !== callerOf) {
       callerOf = key;
-      caller = key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncatedAddress(key.replace(/\/64$/, ""));
+      caller = truncatedCaller(key);
     }
     log({
       time: iso,
@@ -173,6 +173,22 @@ export function createAccessLog(
 export function writeAll(writer: { writeSync(p: Uint8Array): number }, chunk: Uint8Array): void {
   let offset = 0;
   while (offset < chunk.length) offset += writer.writeSync(chunk.subarray(offset));
+}
+
+/**
+ * A caller key as the logs name it: its address truncated ({@linkcode truncatedAddress}; an IPv6
+ * key is its `/64`), or the key of the callers without an address as it is. Every line that names
+ * a caller (the access log, the limiter's events) names it so, never by its full address.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(truncatedCaller("192.0.2.77"), "192.0.2.0");
+ * assert.equal(truncatedCaller("2001:db8:aa:bb::/64"), "2001:db8:aa::");
+ * ```
+ */
+export function truncatedCaller(key: string): string {
+  return key === NO_ADDRESS_KEY ? NO_ADDRESS_KEY : truncatedAddress(key.replace(/\/64$/, ""));
 }
 
 /**

@@ -236,7 +236,8 @@ function createHandle(
     const verdict = verdictOf === undefined ? CALLER_LIMITED : verdictOf(key);
     if (verdict === CALLER_DENIED) {
       // Before any store call: a denied caller costs the store nothing, and a store that is down
-      // changes nothing for it.
+      // changes nothing for it. Only an observer of the decisions hears of it (the metric).
+      store.denied?.(key);
       const forbidden = forMethod((path?.fixed ?? answers.unknown).forbidden, method);
       return note(noted, cache.respond(forbidden, denied), "denied");
     }

@@ -30,7 +30,7 @@ import {
   type Tracer,
 } from "@opentelemetry/api";
 import type { Decision, RateLimitStore } from "../limit/core/decision.ts";
-import type { StoreFailurePolicy } from "../limit/guard/guarded_store.ts";
+import type { FailureAnswer } from "../limit/guard/guarded_store.ts";
 import type { HitLog, LogBatch } from "../limit/core/hit_log.ts";
 import type { RateLimitStoreKind } from "../limit/open_store.ts";
 import type { BreakerState } from "../limit/guard/circuit_breaker.ts";
@@ -44,16 +44,27 @@ const SCOPE = "public-discovery-api";
 /** The `http.route` of every path the service does not serve (one value, so one series). */
 const UNKNOWN_ROUTE = "/*";
 
-/** How a rate-limit decision came about (`ratelimit.outcome`). */
+/**
+ * How a rate-limit decision came about (`ratelimit.outcome`). An answer of the failure policy is
+ * counted as such whatever the caller's exemption or the mode, so that an outage shows whoever it
+ * answered.
+ */
 export type DecisionOutcome =
   | "admitted"
   | "limited"
+  // The store failed as a whole (or, alone, this request's call): the policy answered.
   | "failure_policy_open"
   | "failure_policy_closed"
-  // A would-be refusal served: its caller is in RATE_LIMIT_EXEMPT, ...
+  // The caller's own object failed (Durable Objects) under `open`: the instance's own count
+  // admitted it, or refused it over the limit (lib/limit/guard/guarded_store.ts, `localCount`).
+  | "failure_policy_local_admitted"
+  | "failure_policy_local_limited"
+  // A would-be refusal of the store served: its caller is in RATE_LIMIT_EXEMPT, ...
   | "exempted"
   // ... or RATE_LIMIT_MODE=report (lib/limit/caller/caller_controls.ts).
-  | "report_refused";
+  | "report_refused"
+  // Answered 403 before any decision: the caller is in RATE_LIMIT_DENY.
+  | "denied";
 
 /** The operator's controls, as the decisions metric tells the refusals they serve apart. */
 export interface DecisionControls {
@@ -86,10 +97,11 @@ export interface ObservableStore {
   };
   /** The failure policy's guard: the breaker's state. */
   breakerState?: BreakerState;
-  /** The failure policy's guard: whether a decision is the policy's answer. */
-  answeredByPolicy?: (decision: Decision) => boolean;
-  /** The failure policy's guard: the policy. */
-  failurePolicy?: StoreFailurePolicy;
+  /**
+   * The failure policy's guard: what answered a decision of the policy (`open`, `closed`, or the
+   * instance's own count, `local`), undefined when the store decided.
+   */
+  failureAnswer?: (decision: Decision) => FailureAnswer | undefined;
   /**
    * Shared stores: the store's clock (or, Deno KV, the others' stamps) minus this instance's, in ms;
    * undefined before it was measured (`lib/limit/clock/store_clock.ts`).
@@ -120,8 +132,9 @@ export interface Telemetry {
   /** Names each request's server span after its route and method (tracing on; else `handler` itself). */
   wrapHandler<I>(handler: FetchHandler<I>): FetchHandler<I>;
   /**
-   * Counts the decisions of `store` (the one the handler calls) and observes what it keeps; a
-   * refusal that `controls` serve is counted as `exempted` or `report_refused`.
+   * Counts the decisions of `store` (the one the handler calls), and the requests it is told were
+   * denied, and observes what it keeps; a refusal of the store that `controls` serve is counted as
+   * `exempted` or `report_refused`, an answer of the failure policy as the policy's.
    */
   wrapDecisions(
     store: RateLimitStore & ObservableStore,
@@ -279,7 +292,7 @@ class DecisionTally {
     this.#flushMs = flushMs;
     this.#counter = meter.createCounter("ratelimit.decisions", {
       description:
-        "Rate-limit decisions on counted requests, by outcome (preflights are not counted)",
+        "Rate-limit decisions by outcome, and requests denied before any (preflights are not counted)",
       unit: "{decision}",
     });
     this.#attributes = outcomeAttributes(store);
@@ -308,7 +321,10 @@ class DecisionTally {
   }
 }
 
-/** Counts every `hit` decision by outcome and observes the store's sizes and breaker. */
+/**
+ * Counts every `hit` decision by outcome, and every request the handler says it denied
+ * (`denied`: no decision is taken for it), and observes the store's sizes and breaker.
+ */
 function decisionCounting(
   store: RateLimitStore & ObservableStore,
   meter: Meter,
@@ -319,23 +335,9 @@ function decisionCounting(
     tracing: boolean;
   },
 ): RateLimitStore {
-  const policy: DecisionOutcome = store.failurePolicy === "closed"
-    ? "failure_policy_closed"
-    : "failure_policy_open";
-  const report = options.controls?.report ?? false;
-  const exempt = options.controls?.exempt;
+  const outcomeOf = decisionOutcomes(store, options.controls);
   const record = (key: string, decision: Decision): Decision => {
-    const byPolicy = store.answeredByPolicy?.(decision) ?? false;
-    // A refusal the handler serves: an exempt caller's in either mode, anyone's in report mode.
-    const outcome: DecisionOutcome = !decision.allowed && exempt?.(key)
-      ? "exempted"
-      : !decision.allowed && report
-      ? "report_refused"
-      : byPolicy
-      ? policy
-      : decision.allowed
-      ? "admitted"
-      : "limited";
+    const outcome = outcomeOf(key, decision);
     options.tally.count(outcome);
     if (!options.tracing) return decision;
     trace.getActiveSpan()?.setAttributes({
@@ -353,7 +355,33 @@ function decisionCounting(
         : record(key, decision);
     },
     peek: (key, now) => store.peek(key, now),
+    denied: () => options.tally.count("denied"),
     close: () => store.close(),
+  };
+}
+
+/**
+ * The outcome of a decision of `store`: first whether the failure policy answered (whatever the
+ * caller's exemption or the mode: the policy's refusal served to an exempt caller is still an
+ * outage's answer), then a refusal the handler serves (`exempted`, `report_refused`), then the
+ * store's own `admitted` or `limited`.
+ */
+function decisionOutcomes(
+  store: ObservableStore,
+  controls: DecisionControls | undefined,
+): (key: string, decision: Decision) => DecisionOutcome {
+  const report = controls?.report ?? false;
+  const exempt = controls?.exempt;
+  return (key, decision) => {
+    const failure = store.failureAnswer?.(decision);
+    if (failure === "local") {
+      return decision.allowed ? "failure_policy_local_admitted" : "failure_policy_local_limited";
+    }
+    if (failure !== undefined) return `failure_policy_${failure}`;
+    if (decision.allowed) return "admitted";
+    // A refusal the handler serves: an exempt caller's in either mode, anyone's in report mode.
+    if (exempt?.(key)) return "exempted";
+    return report ? "report_refused" : "limited";
   };
 }
 
@@ -368,8 +396,11 @@ function outcomeAttributes(store: RateLimitStoreKind): Record<DecisionOutcome, A
     limited: of("limited"),
     failure_policy_open: of("failure_policy_open"),
     failure_policy_closed: of("failure_policy_closed"),
+    failure_policy_local_admitted: of("failure_policy_local_admitted"),
+    failure_policy_local_limited: of("failure_policy_local_limited"),
     exempted: of("exempted"),
     report_refused: of("report_refused"),
+    denied: of("denied"),
   };
 }
 

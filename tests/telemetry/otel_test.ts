@@ -465,6 +465,65 @@ for (const policy of ["open", "closed"] as const) {
   });
 }
 
+Deno.test({
+  name:
+    "OTel on, Redis exact killed, RATE_LIMIT_ON_STORE_ERROR=closed, report mode, an exempt range and a deny list: the policy's answers are counted as failure_policy_closed whoever they served, and denied 403s as denied",
+  ignore: redisUnavailableReason() !== undefined,
+  async fn() {
+    const redis = await startRedis();
+    const receiver = startReceiver();
+    let service: ServiceProcess | undefined;
+    const exempt = "203.0.113.5";
+    const denied = "198.51.100.9";
+    try {
+      service = await startService(
+        otelEnv(receiver.endpoint, {
+          RATE_LIMIT_STORE: "redis",
+          REDIS_URL: redis.url,
+          RATE_LIMIT_ON_STORE_ERROR: "closed",
+          RATE_LIMIT_MODE: "report",
+          RATE_LIMIT_EXEMPT: "203.0.113.0/24",
+          RATE_LIMIT_DENY: "198.51.100.0/24",
+          RATE_LIMIT_STORE_TIMEOUT_MS: "1000",
+          OTEL_METRIC_EXPORT_INTERVAL: "300",
+        }),
+        undefined,
+        { stdoutEvents: true },
+      );
+      const url = `${service.url}/api/v1/platform`;
+      for (let i = 0; i < 3; i++) assert.equal((await answer(url, CALLER)).status, 200);
+      for (let i = 0; i < 2; i++) assert.equal((await answer(url, denied)).status, 403);
+      await redis.stop();
+      // Refused by the closed policy, and served: report mode serves anyone's would-be refusal,
+      // RATE_LIMIT_EXEMPT an exempt caller's. Either way an outage's answer.
+      for (let i = 0; i < OUTAGE_REQUESTS; i++) {
+        assert.equal((await answer(url, CALLER)).status, 200);
+        assert.equal((await answer(url, exempt)).status, 200);
+      }
+      const { received } = receiver;
+      const expected = { admitted: 3, denied: 2, failure_policy_closed: 2 * OUTAGE_REQUESTS };
+      const counted = () => totals(pointsOf(received, "ratelimit.decisions"), "ratelimit.outcome");
+      const sum = (totals: Record<string, number>) =>
+        Object.values(totals).reduce((a, b) => a + b, 0);
+      // Every request's decision exported: each is added at most a second after it and exported
+      // every 300 ms (the denied ones too, unless they are not counted: then compare what came).
+      await until(() => sum(counted()) >= 3 + 2 * OUTAGE_REQUESTS, "the decisions exported");
+      const deadline = Date.now() + 2_000;
+      while (sum(counted()) < sum(expected) && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.deepEqual(counted(), expected);
+      assert.ok(!everything(received).includes(exempt), "no exempt address in an export");
+      assert.ok(!everything(received).includes(denied), "no denied address in an export");
+    } finally {
+      service?.kill("SIGKILL");
+      await service?.exited;
+      await receiver.close();
+      await redis.stop();
+    }
+  },
+});
+
 Deno.test("OTel as documented with the default http/protobuf: metrics and logs arrive (counted, not decoded), no traces", async () => {
   const receiver = startReceiver();
   let service: ServiceProcess | undefined;

@@ -2,11 +2,18 @@
  * The test Worker of the Durable Object store (`tests/workers/rate_limiter_object_test.ts`): built at
  * test time and served by real workerd through miniflare. Each request makes one decision through
  * `createDurableObjectStore` and answers it as JSON, with the time the decision took in the Worker.
+ * The store is opened with the Worker's own options (`lib/workers/store.ts`: the isolate's count of
+ * callers whose object fails, the store's events as JSON lines) over the namespace a request names.
  *
- * `GET /hit?key=K` decides on caller K through the `RATE_LIMITER` binding; `ns=SLOW` or `ns=BROKEN`
- * go through an object that answers late or fails, `ns=MIXED&fail=F&fault=SLOW|BROKEN` through
- * the real objects except caller F's, which is late or fails (one overloaded object beside healthy
- * ones); `on_error=open|closed` and `timeout_ms` set the failure policy; `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
+ * `GET /hit?key=K` decides on caller K through the `RATE_LIMITER` binding; `ns=SLOW`, `ns=STALL` or
+ * `ns=BROKEN` go through objects that answer late (500 ms), stall (10 s) or fail (every object: a
+ * namespace outage), `ns=MIXED&fail=F&fault=SLOW|STALL|BROKEN` through the real objects except
+ * those of the callers whose key starts with F, which are late or fail (overloaded objects beside
+ * healthy ones, and the canaries healthy); `on_error=open|closed` and `timeout_ms` set the failure
+ * policy, `store=T` gives a store of its own (a guard with its own breakers) for the same options.
+ * Each answer carries the store's breaker state and the object calls it made so far (callers'
+ * objects, canaries). `GET /burst?prefix=P&n=N` (same options) decides on callers P0 to P(N-1) at
+ * once, in one request. `GET /usage?name=N` reports the accounting of the object named N; `GET /many`
  * times decisions inside the Worker (the figures of lib/limit/README.md). `GET /calls?key=K` says
  * how many `hit` calls this isolate sent to caller K's object; `memo=before` decides through the
  * guard as it was before its memo had a bound (a refusal held to its end, no request waiting for
@@ -25,6 +32,8 @@ import {
 import { GuardedStore, type StoreFailurePolicy } from "../../lib/limit/guard/guarded_store.ts";
 import { RateLimiterObject as ShippedObject } from "../../lib/workers/rate_limiter_object.ts";
 import type { Decision, RateLimitPolicy } from "../../lib/limit/core/decision.ts";
+import { durableStoreOptions } from "../../lib/workers/store.ts";
+import { workersMaxCallers } from "../../lib/workers/memory_cap.ts";
 
 /**
  * The shipped object, keeping an idle caller `IDLE_MS` (a binding) instead of a day when it is
@@ -51,6 +60,14 @@ export class SlowObject extends Delayable {
   }
 }
 
+/** An object that stalls: it answers each decision `STALL_MS` late, beyond any bound of the guard. */
+export class StallObject extends Delayable {
+  override async hit(key: string, policy: RateLimitPolicy): Promise<Decision> {
+    await new Promise((resolve) => setTimeout(resolve, STALL_MS));
+    return super.hit(key, policy);
+  }
+}
+
 /** An object whose every decision fails (an object that is down or overloaded). */
 export class BrokenObject extends RateLimiterObject {
   override hit(_key: string, _policy: RateLimitPolicy): Decision {
@@ -61,12 +78,19 @@ export class BrokenObject extends RateLimiterObject {
 /** How late {@linkcode SlowObject} answers, in ms. */
 const SLOW_MS = 500;
 
+/**
+ * How late {@linkcode StallObject} answers, in ms: past the longest a call may be waited for (the
+ * timeout extended three times for a busy loop, `MAX_EXTENSIONS`), so it never answers in time.
+ */
+const STALL_MS = 10_000;
+
 interface Env {
   RATE_LIMITER: {
     idFromName(name: string): unknown;
     get(id: unknown): RateLimiterStub & { usage(): Promise<unknown> };
   };
   SLOW: RateLimiterNamespace;
+  STALL: RateLimiterNamespace;
   BROKEN: RateLimiterNamespace;
   LIMIT: string;
   WINDOW_SECONDS: string;
@@ -75,6 +99,28 @@ interface Env {
 
 /** One store per binding and policy, kept for the isolate's life as the service keeps its own. */
 const stores = new Map<string, GuardedStore>();
+
+/** The object calls each store made: to callers' objects, and to its canaries. */
+const storeCalls = new Map<GuardedStore, { objects: number; canaries: number }>();
+
+/** `namespace`, counting each call into `count` by the name of the object called. */
+function tallied(
+  namespace: RateLimiterNamespace,
+  count: { objects: number; canaries: number },
+): RateLimiterNamespace {
+  const tally = (name: string) => name.startsWith("canary:") ? count.canaries++ : count.objects++;
+  return {
+    idFromName: (name) => ({ name, id: namespace.idFromName(name) }),
+    get: (id) => {
+      const { name, id: inner } = id as { name: string; id: unknown };
+      const stub = namespace.get(inner);
+      return {
+        hit: (key, policy) => (tally(name), stub.hit(key, policy)),
+        peek: (key, policy) => (tally(name), stub.peek(key, policy)),
+      };
+    },
+  };
+}
 
 /** The `hit` calls this isolate sent to the real objects, per caller key. */
 const objectCalls = new Map<string, number>();
@@ -115,12 +161,12 @@ function reference(
 }
 
 /**
- * The real objects, except `failing`'s, which is `faulty`'s (late or failing): one overloaded
- * object in a namespace of healthy ones.
+ * The real objects, except those whose name starts with `failing`, which are `faulty`'s (late or
+ * failing): overloaded objects in a namespace of healthy ones (the canaries among these).
  */
 function mixed(env: Env, failing: string, faulty: RateLimiterNamespace): RateLimiterNamespace {
   const real = env.RATE_LIMITER as RateLimiterNamespace;
-  const of = (name: string) => name === failing ? faulty : real;
+  const of = (name: string) => failing !== "" && name.startsWith(failing) ? faulty : real;
   return {
     idFromName: (name) => ({ name, id: of(name).idFromName(name) }),
     get: (id) => {
@@ -135,22 +181,40 @@ function storeOf(env: Env, url: URL): GuardedStore {
   const onError = (url.searchParams.get("on_error") ?? "closed") as StoreFailurePolicy;
   const timeoutMs = Number(url.searchParams.get("timeout_ms") ?? "1000");
   const failing = url.searchParams.get("fail") ?? "";
-  const fault = url.searchParams.get("fault") === "SLOW" ? "SLOW" : "BROKEN";
+  const faults = ["SLOW", "STALL", "BROKEN"] as const;
+  const named = url.searchParams.get("fault");
+  const fault = faults.find((f) => f === named) ?? "BROKEN";
   const memo = url.searchParams.get("memo");
-  const id = `${ns} ${onError} ${timeoutMs} ${failing} ${fault} ${memo}`;
+  // `store=T` opens a store of its own (a fresh guard) for the same options.
+  const id = `${ns} ${onError} ${timeoutMs} ${failing} ${fault} ${memo} ${
+    url.searchParams.get("store")
+  }`;
   let store = stores.get(id);
   if (store === undefined) {
-    const policy = { limit: Number(env.LIMIT), windowMs: Number(env.WINDOW_SECONDS) * 1000 };
-    const namespace = ns === "MIXED"
-      ? mixed(env, failing, env[fault])
-      : ns === "RATE_LIMITER"
-      ? counted(env.RATE_LIMITER as RateLimiterNamespace)
-      : env[ns as "SLOW" | "BROKEN"];
+    const limit = Number(env.LIMIT);
+    const policy = { limit, windowMs: Number(env.WINDOW_SECONDS) * 1000 };
+    const count = { objects: 0, canaries: 0 };
+    const namespace = tallied(
+      ns === "MIXED"
+        ? mixed(env, failing, env[fault])
+        : ns === "RATE_LIMITER"
+        ? counted(env.RATE_LIMITER as RateLimiterNamespace)
+        : env[ns as (typeof faults)[number]],
+      count,
+    );
     const shards = env.SHARDS === undefined ? {} : { shards: Number(env.SHARDS) };
+    const options = durableStoreOptions({
+      rateLimit: limit,
+      rateLimitWindowSeconds: Number(env.WINDOW_SECONDS),
+      rateLimitStoreTimeoutMs: timeoutMs,
+      rateLimitOnStoreError: onError,
+      rateLimitMaxCallers: workersMaxCallers(limit),
+    });
     store = memo === "before" || memo === "unmerged"
       ? reference(namespace, memo, { policy, timeoutMs, onError })
-      : createDurableObjectStore(namespace, { policy, timeoutMs, onError, ...shards });
+      : createDurableObjectStore(namespace, { ...options, ...shards });
     stores.set(id, store);
+    storeCalls.set(store, count);
   }
   return store;
 }
@@ -166,6 +230,7 @@ export default {
     if (url.pathname === "/calls") return Response.json({ calls: objectCalls.get(key) ?? 0 });
     const store = storeOf(env, url);
     if (url.pathname === "/many") return Response.json({ ms: await timed(store, url, key) });
+    if (url.pathname === "/burst") return Response.json(await burst(store, url));
     const started = performance.now();
     const result = store.hit(key, Date.now());
     const promise = result instanceof Promise;
@@ -176,9 +241,34 @@ export default {
       // For a load tester that counts statuses: 200 admitted, 429 refused, 503 the policy's answer.
       return new Response(null, { status: byPolicy ? 503 : decision.allowed ? 200 : 429 });
     }
-    return Response.json({ decision, byPolicy, promise, ms });
+    const breaker = store.breakerState;
+    return Response.json({
+      decision,
+      byPolicy,
+      promise,
+      ms,
+      breaker,
+      calls: storeCalls.get(store),
+    });
   },
 };
+
+/** Decisions on the callers `prefix`0 to `prefix`(n-1), all at once. */
+async function burst(store: GuardedStore, url: URL) {
+  const prefix = url.searchParams.get("prefix") ?? "203.0.113.";
+  const n = Number(url.searchParams.get("n") ?? "1");
+  const now = Date.now();
+  const decisions = await Promise.all(
+    Array.from({ length: n }, (_, i) => store.hit(`${prefix}${i}`, now)),
+  );
+  return {
+    reports: decisions.map((decision) => ({
+      decision,
+      byPolicy: store.answeredByPolicy(decision),
+    })),
+    breaker: store.breakerState,
+  };
+}
 
 /**
  * The time per decision of `batches` batches of `n` decisions one after the other (workerd's clock

@@ -50,6 +50,7 @@ export async function buildLimiterWorker(): Promise<string> {
 const OBJECTS = {
   RATE_LIMITER: "RateLimiterObject",
   SLOW: "SlowObject",
+  STALL: "StallObject",
   BROKEN: "BrokenObject",
 } as const;
 
@@ -69,6 +70,8 @@ export interface WorkerdOptions {
   shards?: number;
   /** How many Workers (each its own script and isolate) share the one namespace (default 1). */
   workers?: number;
+  /** Receives each line the Workers log (their console), instead of this process's output. */
+  onLog?: (line: { level: string; message: string }) => void;
 }
 
 /** A running workerd: the URL of each of its Workers, and how to stop it. */
@@ -105,7 +108,19 @@ export async function startLimiterWorkerd(options: WorkerdOptions): Promise<Work
       ]),
     ),
   }));
-  const mf = new Miniflare({ workers, durableObjectsPersist: options.persist, host: "127.0.0.1" });
+  const onLog = options.onLog;
+  const mf = new Miniflare({
+    workers,
+    durableObjectsPersist: options.persist,
+    host: "127.0.0.1",
+    // Miniflare checks that the handler returns nothing.
+    ...(onLog
+      ? {
+        handleStructuredLogs: (line: { level: string; message: string }) =>
+          void onLog({ level: line.level, message: line.message }),
+      }
+      : {}),
+  });
   try {
     await mf.ready;
     const urls = await Promise.all(workers.map((w) => mf.unsafeGetDirectURL(w.name)));
@@ -122,6 +137,16 @@ export interface HitReport {
   byPolicy: boolean;
   promise: boolean;
   ms: number;
+  /** The store's breaker state once it answered (`open`: the namespace is down). */
+  breaker: "closed" | "open" | "half-open";
+  /** The object calls the store made so far: to callers' objects, to its canaries. */
+  calls: { objects: number; canaries: number };
+}
+
+/** The decisions of a `/burst`, in the order of their callers. */
+export interface BurstReport {
+  reports: Array<Pick<HitReport, "decision" | "byPolicy">>;
+  breaker: HitReport["breaker"];
 }
 
 /** `GET path` on the Worker at `url`, as JSON. */

@@ -24,6 +24,7 @@ import {
   type Workerd,
 } from "./_limiter_workerd.ts";
 import type { ObjectUsage } from "../../lib/workers/rate_limiter_object.ts";
+import { MAX_EXTENSIONS } from "../../lib/limit/guard/guarded_store.ts";
 
 const script = await buildLimiterWorker();
 
@@ -128,8 +129,11 @@ Deno.test("workerd: an object that fails or answers late is answered by the fail
           assert.equal(report.byPolicy, true, label);
           assert.equal(report.decision.allowed, onError === "open", label);
           assert.equal(report.decision.unavailable, onError === "closed" ? true : undefined, label);
-          // The slow object answers after 500 ms: the timeout (100 ms) answered first.
-          assert.ok(waited < 450, `${label} took ${waited} ms`);
+          // The policy answered (byPolicy), not the slow object (after 500 ms): within the request's
+          // own timeout (100 ms) and the canaries' it then asks (every object fails here: the
+          // namespace is down), each extended at most MAX_EXTENSIONS times while the loop is busy.
+          const bound = 2 * (1 + MAX_EXTENSIONS) * 100 + 100;
+          assert.ok(waited < bound, `${label} took ${waited} ms`);
         }
       }
       // The real object beside them decides as ever.
@@ -170,7 +174,10 @@ Deno.test('workerd: an object that throws "overloaded" or stalls for one caller 
         );
         assert.equal(own.filter((report) => report.decision.allowed).length, 60, label);
         assert.ok(own.slice(60).every((report) => report.decision.resetSeconds > 0), label);
-        assert.ok(failed.every((report) => report.byPolicy && report.decision.allowed), fault);
+        // The failing caller is answered by the policy; under open within the isolate's own count
+        // of it: 60 of its 300 requests, not all of them (issue 54: no way around the limit).
+        assert.ok(failed.every((report) => report.byPolicy), fault);
+        assert.equal(failed.filter((report) => report.decision.allowed).length, 60, fault);
         // After it: a fresh caller of the same store, its object asked as ever.
         let after = 0;
         for (let n = 0; n < 100; n++) {

@@ -54,6 +54,11 @@ export interface RateLimitStore {
   hit(key: string, now: number): Decision | Promise<Decision>;
   /** Reports the state of `key` at `now` without counting anything. */
   peek(key: string, now: number): Decision | Promise<Decision>;
+  /**
+   * Told of a request of `key` answered 403 before any decision (`RATE_LIMIT_DENY`): a store counts
+   * nothing for it; an observer of the decisions counts it (the decisions metric's `denied`).
+   */
+  denied?(key: string): void;
   /** Releases timers and connections. */
   close(): void | Promise<void>;
 }

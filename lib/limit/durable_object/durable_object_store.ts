@@ -14,8 +14,10 @@
  * hashes to it.
  *
  * This module is the Worker's side and uses no runtime API: the namespace is a structural type, and
- * the failure policy, the timeout, the circuit breakers (one per object, one for the namespace) and
- * the refusals answered from memory are {@linkcode GuardedStore}'s. A Durable
+ * the failure policy, the timeout, the circuit breakers (one per object), the watch over the
+ * namespace and the refusals answered from memory are {@linkcode GuardedStore}'s; this client gives
+ * it the objects the watch asks, {@linkcode CANARIES} objects per isolate that no caller key names
+ * (`canary()`). A Durable
  * Object's RPC result is a thenable that is not `instanceof Promise`; this client answers a real
  * Promise, which the guard and the handler rely on.
  *
@@ -28,6 +30,7 @@ import {
   type StoreFailurePolicy,
   type StoreIncident,
 } from "../guard/guarded_store.ts";
+import type { CallerNotice } from "../guard/caller_notices.ts";
 import { checkDurablePolicy, checkKey } from "./object_logs.ts";
 
 /** The RPC methods of the rate-limiter object, as a stub exposes them. */
@@ -60,12 +63,39 @@ export interface DurableObjectStoreOptions {
   probeIntervalMs?: number;
   /** The steady clock refusals are remembered by (default `performance.now`; tests set it). */
   steadyClock?: () => number;
+  /** The clock of probe intervals and windows of lines, in ms (default `Date.now`; tests set it). */
+  clock?: () => number;
   /**
    * A fixed number of objects, each owning the callers whose key hashes to it; omitted (the
    * default), each caller has an object of its own.
    */
   shards?: number;
+  /**
+   * Under `open`: makes (when first needed) the isolate's own count of the callers whose object
+   * fails, so that each gets at most the limit per window here (the Worker gives its memory
+   * store); omitted, such a caller is admitted uncounted.
+   */
+  localCount?: () => RateLimitStore;
+  /** Told of the callers whose own object fails, a line per caller per window at most. */
+  callerNotices?: { label: (key: string) => string; write: (notice: CallerNotice) => void };
 }
+
+/**
+ * The objects per isolate that the namespace's watch asks when a caller's object fails: two, so
+ * that one canary's own passing fault (its object restarting) never passes for an outage, which
+ * takes both failing with the caller's object.
+ */
+export const CANARIES = 2;
+
+/**
+ * What a canary is asked: a hit, as a caller's request is (the object, and its storage's write),
+ * under a limit of one a second, so that its log never holds more than one time (the watch asks at
+ * most once a second).
+ */
+const CANARY_POLICY: RateLimitPolicy = { limit: 1, windowMs: 1000 };
+
+/** The key a canary's hit counts under (its object holds nothing else). */
+const CANARY_KEY = "canary";
 
 /** The most shards {@linkcode DurableObjectStoreOptions.shards} takes. */
 export const MAX_SHARDS = 4096;
@@ -106,12 +136,17 @@ export function createDurableObjectStore<Id>(
   return new GuardedStore(store, {
     // An object fails alone (overloaded, restarting): its own callers are answered by the policy.
     failureScope: (key) => store.objectName(key),
+    // The namespace is down only when objects no caller owns fail too.
+    canaries: Array.from({ length: CANARIES }, (_, i) => () => store.canary(i)),
+    ...(options.localCount ? { localCount: options.localCount } : {}),
+    ...(options.callerNotices ? { callerNotices: options.callerNotices } : {}),
     policy: options.policy,
     timeoutMs: options.timeoutMs,
     onError: options.onError,
     ...(options.onIncident ? { onIncident: options.onIncident } : {}),
     ...(options.probeIntervalMs !== undefined ? { probeIntervalMs: options.probeIntervalMs } : {}),
     ...(options.steadyClock ? { steadyClock: options.steadyClock } : {}),
+    ...(options.clock ? { clock: options.clock } : {}),
   });
 }
 
@@ -123,6 +158,7 @@ export class DurableObjectStore<Id = unknown> implements RateLimitStore {
   readonly #namespace: RateLimiterNamespace<Id>;
   readonly #policy: RateLimitPolicy;
   readonly #shards: number | undefined;
+  #canaryTag: string | undefined;
 
   /** Creates the client; throws a `RangeError` on a policy or a shard count it cannot hold. */
   constructor(namespace: RateLimiterNamespace<Id>, policy: RateLimitPolicy, shards?: number) {
@@ -156,6 +192,19 @@ export class DurableObjectStore<Id = unknown> implements RateLimitStore {
   /** The name of the object that owns `key`. */
   objectName(key: string): string {
     return this.#shards === undefined ? key : `shard:${shardOf(key, this.#shards)}`;
+  }
+
+  /**
+   * Asks canary `index` (of {@linkcode CANARIES}): an object named for this client (this isolate),
+   * `canary:<random>:<index>`, which no caller key (an address, a `/64`, `shard:<n>`) can name, so
+   * no request reaches it. Resolves when it decided, rejects when it failed.
+   */
+  async canary(index: number): Promise<Decision> {
+    // Made at the first check, inside a request: a Worker may not draw random values at start-up.
+    this.#canaryTag ??= crypto.randomUUID();
+    const namespace = this.#namespace;
+    const stub = namespace.get(namespace.idFromName(`canary:${this.#canaryTag}:${index}`));
+    return checkedDecision(await stub.hit(CANARY_KEY, CANARY_POLICY), CANARY_POLICY);
   }
 
   async #call(key: string, call: (stub: RateLimiterStub) => PromiseLike<Decision>) {

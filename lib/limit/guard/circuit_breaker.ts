@@ -4,13 +4,11 @@
  *
  * Closed, it records the outcome of every call; it trips (opens) when the calls of the last
  * `windowMs`, at most `windowCalls` of them, hold at least `minFailures` failures that are at least
- * `failureRatio` of those calls. With `minFailingKeys` above 1 (a breaker over many objects, each
- * call naming its object), it counts objects instead: it trips when at least `minFailingKeys`
- * distinct objects failed among the calls of the window, and they are at least `failureRatio` of
- * the distinct objects called (and there are still at least `minFailures` failed calls), so that
- * one object failing a thousand calls is one failing object. Open, it refuses every call for `probeIntervalMs`, then lets one
+ * `failureRatio` of those calls. Open, it refuses every call for `probeIntervalMs`, then lets one
  * call through (half-open): its success closes the breaker and forgets the window, its failure opens
- * it for another interval.
+ * it for another interval. One breaker guards one thing that fails as a whole: a store that is one
+ * server (Redis, Deno KV), or one object of a store of many (`guarded_store.ts`); whether a store of
+ * many objects is down as a whole is not a count of its objects' failures (`namespace_watch.ts`).
  *
  * Written here rather than taken from npm:opossum: the guard must stay synchronous for stores that
  * answer synchronously, and its timeouts must discount a busy event loop, which opossum's timer
@@ -31,11 +29,6 @@ export interface CircuitBreakerOptions {
   failureRatio?: number;
   /** How long to refuse calls after tripping before one probe, in ms (default 1000). */
   probeIntervalMs?: number;
-  /**
-   * Distinct keys (objects) among the failures in the window needed to trip (default 1: calls are
-   * counted, not keys).
-   */
-  minFailingKeys?: number;
   /** Clock; defaults to `Date.now`. */
   clock?: () => number;
 }
@@ -53,7 +46,6 @@ export const BREAKER_DEFAULTS = {
   minFailures: 5,
   failureRatio: 0.5,
   probeIntervalMs: 1000,
-  minFailingKeys: 1,
 } as const;
 
 /**
@@ -74,10 +66,9 @@ export class CircuitBreaker {
   readonly #minFailures: number;
   readonly #failureRatio: number;
   readonly #probeIntervalMs: number;
-  readonly #minFailingKeys: number;
   readonly #clock: () => number;
-  /** Recent outcomes, oldest first: [time, failed, the failure's key]. */
-  #calls: Array<[number, boolean, string | undefined]> = [];
+  /** Recent outcomes, oldest first: [time, failed]. */
+  #calls: Array<[number, boolean]> = [];
   #state: BreakerState = "closed";
   #retryAt = 0;
 
@@ -88,7 +79,6 @@ export class CircuitBreaker {
     this.#minFailures = options.minFailures ?? BREAKER_DEFAULTS.minFailures;
     this.#failureRatio = options.failureRatio ?? BREAKER_DEFAULTS.failureRatio;
     this.#probeIntervalMs = options.probeIntervalMs ?? BREAKER_DEFAULTS.probeIntervalMs;
-    this.#minFailingKeys = options.minFailingKeys ?? BREAKER_DEFAULTS.minFailingKeys;
     this.#clock = options.clock ?? Date.now;
   }
 
@@ -116,26 +106,26 @@ export class CircuitBreaker {
     return true;
   }
 
-  /** Records a call that answered in time; `key` names what answered. */
-  success(key?: string): BreakerTransition {
+  /** Records a call that answered in time. */
+  success(): BreakerTransition {
     if (this.#state !== "closed") {
       this.#state = "closed";
       this.#calls = [];
       return "recovered";
     }
-    this.#record(false, key);
+    this.#record(false);
     return undefined;
   }
 
-  /** Records a call that failed or timed out; `key` names what failed (counted distinct). */
-  failure(key?: string): BreakerTransition {
+  /** Records a call that failed or timed out. */
+  failure(): BreakerTransition {
     const now = this.#clock();
     if (this.#state !== "closed") {
       this.#state = "open";
       this.#retryAt = now + this.#probeIntervalMs;
       return undefined;
     }
-    this.#record(true, key);
+    this.#record(true);
     if (!this.#trips()) return undefined;
     this.#state = "open";
     this.#retryAt = now + this.#probeIntervalMs;
@@ -144,17 +134,13 @@ export class CircuitBreaker {
 
   /** Whether the window's failures are an outage (see the module's description). */
   #trips(): boolean {
-    const failed = this.#calls.filter(([, failed]) => failed);
-    if (failed.length < this.#minFailures) return false;
-    if (this.#minFailingKeys <= 1) return failed.length >= this.#failureRatio * this.#calls.length;
-    const failing = new Set(failed.map(([, , key]) => key)).size;
-    const called = new Set(this.#calls.map(([, , key]) => key)).size;
-    return failing >= this.#minFailingKeys && failing >= this.#failureRatio * called;
+    const failed = this.#calls.filter(([, failed]) => failed).length;
+    return failed >= this.#minFailures && failed >= this.#failureRatio * this.#calls.length;
   }
 
-  #record(failed: boolean, key: string | undefined): void {
+  #record(failed: boolean): void {
     const now = this.#clock();
-    this.#calls.push([now, failed, key]);
+    this.#calls.push([now, failed]);
     let drop = Math.max(0, this.#calls.length - this.#windowCalls);
     while (drop < this.#calls.length && this.#calls[drop]![0] <= now - this.#windowMs) drop++;
     if (drop > 0) this.#calls.splice(0, drop);

@@ -14,13 +14,13 @@
  *
  * Whose failure it is: a store that is one server for every caller (Redis, Deno KV) fails for all,
  * and the breaker above is the store's. A store that is many objects (Durable Objects: one per
- * caller, or per shard) names each call's object (`failureScope`): then each object has a breaker
- * of its own ({@linkcode MAX_FAILING_OBJECTS} at most, kept only while they have failures), which
- * answers only its own callers by the policy, and the store's breaker counts objects, not calls:
- * over its last 100 calls within 10 s it trips when at least
- * {@linkcode NAMESPACE_MIN_FAILING_OBJECTS} distinct objects failed and they are at least half of
- * the objects called (and 5 calls failed): one overloaded object, however many of its calls fail,
- * never switches the other objects' callers.
+ * caller, or per shard) names each call's object (`failureScope`), and a failure is that object's
+ * (`object_failures.ts`): its own breaker, its callers alone answered by the policy (under `open`
+ * within the instance's own count of them, `localCount`: a failing object is no way around the
+ * limit), each said in a line per window at most. The store is down as a whole only when objects
+ * no caller owns fail too (`canaries`): then the policy answers every caller without a call, one
+ * incident, until a canary answers again. No number of failing caller keys changes a healthy
+ * caller's answer.
  *
  * In front of it all, the store's refusals are answered from memory for a few seconds at most,
  * never past their end ({@linkcode RefusalMemo}): no call, no failure to count; and the requests
@@ -39,6 +39,8 @@ import {
   CircuitBreaker,
   type CircuitBreakerOptions,
 } from "./circuit_breaker.ts";
+import type { CallerNotice } from "./caller_notices.ts";
+import { ObjectFailures } from "./object_failures.ts";
 import {
   type Decision,
   freshWindow,
@@ -100,6 +102,25 @@ export interface GuardOptions {
    * (Durable Objects); omitted, every failure is the whole store's (one server: Redis, Deno KV).
    */
   failureScope?: (key: string) => string;
+  /**
+   * With `failureScope`: calls to objects of the store that no caller owns, each answering (or
+   * throwing, or never settling) as the store does; bounded here by `timeoutMs`. When a caller's
+   * object fails and every canary fails too, the store is down as a whole. Omitted, it never is:
+   * each object answers for itself.
+   */
+  canaries?: ReadonlyArray<() => unknown>;
+  /**
+   * With `failureScope`, under `open`: makes (when first needed) the store that counts the callers
+   * answered by the policy because their own object failed, the instance's own memory store, so
+   * that such a caller gets at most the limit per window here. Omitted, it is admitted uncounted.
+   */
+  localCount?: () => RateLimitStore;
+  /**
+   * With `failureScope`: told of the callers answered by the policy because their own object failed
+   * (`caller_notices.ts`: a line per caller per window at most, ten callers a window), each named by
+   * `label` (truncated: never a full address).
+   */
+  callerNotices?: { label: (key: string) => string; write: (notice: CallerNotice) => void };
   /** Answers the store's refusals from memory for a few seconds at most (default true). */
   memoRefusals?: boolean;
   /** The memo's hold, spread and randomness (defaults: `refusal_memo.ts`; tests, benchmarks). */
@@ -112,11 +133,8 @@ export interface GuardOptions {
   storeClockRate?: number;
 }
 
-/** Most objects whose failures a {@linkcode GuardedStore} keeps apart (2.4 KB each, measured). */
-export const MAX_FAILING_OBJECTS = 1000;
-
-/** Distinct failing objects needed before a store of many objects is failing as a whole. */
-export const NAMESPACE_MIN_FAILING_OBJECTS = 3;
+/** What answered a decision of the failure policy: `open`, `closed`, or the instance's own count. */
+export type FailureAnswer = StoreFailurePolicy | "local";
 
 /** Raised (and caught by the guard) when a store call outlives `timeoutMs`. */
 export class StoreTimeoutError extends Error {
@@ -174,13 +192,11 @@ export class GuardedStore implements RateLimitStore {
   readonly #policy: StoreFailurePolicy;
   readonly #seen = new LastDecisions();
   readonly #freshWindow: Decision;
-  readonly #scopeOf: ((key: string) => string) | undefined;
-  readonly #objects: ObjectBreakers | undefined;
+  readonly #objects: ObjectFailures | undefined;
   readonly #memo: RefusalMemo | undefined;
   readonly #flights: CallsInFlight | undefined;
   readonly #steady: () => number;
   #fromMemory = 0;
-  #byObject = 0;
 
   /** Wraps `store`. */
   constructor(store: RateLimitStore, options: GuardOptions) {
@@ -190,18 +206,12 @@ export class GuardedStore implements RateLimitStore {
     this.#onIncident = options.onIncident;
     this.#probeIntervalMs = options.probeIntervalMs ?? 1000;
     this.#clock = options.clock ?? Date.now;
-    this.#scopeOf = options.failureScope;
     const breaker = {
       ...options.breaker,
       probeIntervalMs: this.#probeIntervalMs,
       clock: this.#clock,
     };
-    this.#breaker = new CircuitBreaker(
-      this.#scopeOf === undefined
-        ? breaker
-        : { minFailingKeys: NAMESPACE_MIN_FAILING_OBJECTS, windowCalls: 100, ...breaker },
-    );
-    this.#objects = this.#scopeOf === undefined ? undefined : new ObjectBreakers(breaker);
+    this.#breaker = new CircuitBreaker(breaker);
     this.#memo = options.memoRefusals === false
       ? undefined
       : new RefusalMemo({ ...options.memo, clockRate: options.storeClockRate ?? 0 });
@@ -223,6 +233,30 @@ export class GuardedStore implements RateLimitStore {
       this.#hitFallback = { allowed: false, remaining: 0, resetSeconds: retry, unavailable: true };
       this.#peekFallback = this.#hitFallback;
     }
+    this.#objects = options.failureScope && this.#objectFailures(options, breaker);
+  }
+
+  /** The path of calls to a store of many objects (`object_failures.ts`). */
+  #objectFailures(options: GuardOptions, breaker: CircuitBreakerOptions): ObjectFailures {
+    const canaries = options.canaries ?? [];
+    return new ObjectFailures({
+      scopeOf: options.failureScope!,
+      canaries: canaries.map((canary) => () => this.#bounded(Promise.resolve(canary()))),
+      policy: options.policy,
+      open: options.onError === "open",
+      fallback: this.#hitFallback,
+      localCount: options.localCount,
+      notices: options.callerNotices,
+      breaker,
+      probeIntervalMs: this.#probeIntervalMs,
+      clock: this.#clock,
+      bounded: (result) => this.#bounded(result),
+      incident: {
+        start: (error) => this.#startIncident(error, 0),
+        answered: () => this.#incident && this.#incident.answered++,
+        end: () => this.#endIncident(),
+      },
+    });
   }
 
   /** Whether the store is answering (no incident under way). */
@@ -245,19 +279,25 @@ export class GuardedStore implements RateLimitStore {
     return this.#flights?.waits ?? 0;
   }
 
-  /** Requests answered by the policy because their own object's breaker was open. */
+  /**
+   * Requests answered by the policy because their own object failed (its call, or its breaker),
+   * the store being up as a whole (a store of many objects).
+   */
   get answeredForObject(): number {
-    return this.#byObject;
+    return this.#objects?.answeredForObject ?? 0;
   }
 
   /** Objects whose own breaker is open or probing now (a store of many objects). */
   get failingObjects(): number {
-    return this.#objects?.open ?? 0;
+    return this.#objects?.failingObjects ?? 0;
   }
 
-  /** Where the circuit breaker stands (for the `ratelimit.breaker.state` metric). */
+  /**
+   * Where the circuit breaker stands (for the `ratelimit.breaker.state` metric): the store's, or for
+   * a store of many objects its namespace's (`open` while the canaries fail too).
+   */
   get breakerState(): BreakerState {
-    return this.#breaker.state;
+    return this.#objects?.state ?? this.#breaker.state;
   }
 
   /** The failure policy this guard answers by. */
@@ -267,7 +307,16 @@ export class GuardedStore implements RateLimitStore {
 
   /** Whether `decision` is an answer of the failure policy rather than the store's. */
   answeredByPolicy(decision: Decision): boolean {
-    return decision === this.#hitFallback || decision === this.#peekFallback;
+    return this.failureAnswer(decision) !== undefined;
+  }
+
+  /**
+   * What answered `decision` when the failure policy did: `open`, `closed`, or `local` (the
+   * instance's own count of a caller whose object failed); undefined when the store decided.
+   */
+  failureAnswer(decision: Decision): FailureAnswer | undefined {
+    if (decision === this.#hitFallback || decision === this.#peekFallback) return this.#policy;
+    return this.#objects?.countedHere(decision) ? "local" : undefined;
   }
 
   /** {@inheritDoc RateLimitStore.hit} */
@@ -281,7 +330,7 @@ export class GuardedStore implements RateLimitStore {
     const flights = this.#flights;
     if (flights?.mustWait(key, sent)) return flights.next(key).then(() => this.hit(key, now));
     flights?.sent(key);
-    const result = this.#call(key, () => this.#store.hit(key, now), this.#hitFallback);
+    const result = this.#call(key, now, () => this.#store.hit(key, now));
     return pending(result)
       ? Promise.resolve(result).then((decision) => this.#remember(key, now, sent, decision))
       : this.#remember(key, now, sent, result);
@@ -321,45 +370,40 @@ export class GuardedStore implements RateLimitStore {
 
   #call(
     key: string,
+    now: number,
     call: () => Decision | Promise<Decision>,
-    fallback: Decision,
   ): Decision | Promise<Decision> {
-    const scope = this.#scopeOf?.(key);
-    if (!this.#breaker.wouldAllow()) {
+    // A store of many objects: each failure is its object's (`object_failures.ts`).
+    if (this.#objects !== undefined) return this.#objects.call(key, now, call);
+    const fallback = this.#hitFallback;
+    if (!this.#breaker.allow()) {
       this.#incident!.answered++;
       return fallback;
     }
-    const own = scope === undefined ? undefined : this.#objects!.get(scope);
-    if (own !== undefined && !own.wouldAllow()) {
-      this.#byObject++;
-      return fallback;
-    }
-    this.#breaker.allow();
-    own?.allow();
     let result: Decision | Promise<Decision>;
     try {
       result = call();
     } catch (error) {
-      this.#failed(error, scope);
+      this.#failed(error);
       return fallback;
     }
     if (!pending(result)) {
-      this.#succeeded(scope);
+      this.#succeeded();
       return result;
     }
     return this.#bounded(Promise.resolve(result)).then(
       (decision) => {
-        this.#succeeded(scope);
+        this.#succeeded();
         return decision;
       },
       (error) => {
-        this.#failed(error, scope);
+        this.#failed(error);
         return fallback;
       },
     );
   }
 
-  #bounded(result: Promise<Decision>): Promise<Decision> {
+  #bounded<T>(result: Promise<T>): Promise<T> {
     const timeoutMs = this.#timeoutMs;
     let due = performance.now() + timeoutMs;
     let extensions = 0;
@@ -375,10 +419,9 @@ export class GuardedStore implements RateLimitStore {
     });
   }
 
-  #failed(error: unknown, scope: string | undefined): void {
-    if (scope !== undefined) this.#objects!.failure(scope);
+  #failed(error: unknown): void {
     const incident = this.#incident;
-    const transition = this.#breaker.failure(scope);
+    const transition = this.#breaker.failure();
     if (incident !== undefined) {
       incident.answered++;
       return;
@@ -388,7 +431,17 @@ export class GuardedStore implements RateLimitStore {
       this.#lone++;
       return;
     }
-    this.#incident = { since: this.#clock(), answered: 1 };
+    this.#startIncident(error, 1);
+  }
+
+  #succeeded(): void {
+    this.#breaker.success();
+    this.#endIncident();
+  }
+
+  /** Starts an incident (`answered`: the requests the policy answered in it so far). */
+  #startIncident(error: unknown, answered: number): void {
+    this.#incident = { since: this.#clock(), answered };
     this.#onIncident?.({
       kind: "unavailable",
       policy: this.#policy,
@@ -396,9 +449,7 @@ export class GuardedStore implements RateLimitStore {
     });
   }
 
-  #succeeded(scope: string | undefined): void {
-    if (scope !== undefined) this.#objects!.success(scope);
-    this.#breaker.success(scope);
+  #endIncident(): void {
     const incident = this.#incident;
     if (incident === undefined) return;
     this.#incident = undefined;
@@ -407,51 +458,6 @@ export class GuardedStore implements RateLimitStore {
       downMs: this.#clock() - incident.since,
       answeredByPolicy: incident.answered,
     });
-  }
-}
-
-/**
- * The breakers of the objects that failed lately, one each ({@linkcode MAX_FAILING_OBJECTS} at most:
- * a new one beyond it evicts the one added longest ago, whose object is then asked again). An
- * object's breaker is dropped once it is closed with no failure left in its window.
- */
-class ObjectBreakers {
-  readonly #options: CircuitBreakerOptions;
-  readonly #breakers = new Map<string, CircuitBreaker>();
-
-  constructor(options: CircuitBreakerOptions) {
-    this.#options = options;
-  }
-
-  /** How many objects' breakers are open or probing. */
-  get open(): number {
-    let open = 0;
-    for (const breaker of this.#breakers.values()) if (breaker.state !== "closed") open++;
-    return open;
-  }
-
-  /** `scope`'s breaker, if it failed lately. */
-  get(scope: string): CircuitBreaker | undefined {
-    return this.#breakers.get(scope);
-  }
-
-  failure(scope: string): void {
-    let breaker = this.#breakers.get(scope);
-    if (breaker === undefined) {
-      if (this.#breakers.size >= MAX_FAILING_OBJECTS) {
-        this.#breakers.delete(this.#breakers.keys().next().value!);
-      }
-      breaker = new CircuitBreaker(this.#options);
-      this.#breakers.set(scope, breaker);
-    }
-    breaker.failure();
-  }
-
-  success(scope: string): void {
-    const breaker = this.#breakers.get(scope);
-    if (breaker === undefined) return;
-    breaker.success();
-    if (breaker.quiet) this.#breakers.delete(scope);
   }
 }
 

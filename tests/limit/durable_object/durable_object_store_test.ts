@@ -9,7 +9,9 @@
 
 import assert from "node:assert/strict";
 import type { Decision, RateLimitPolicy } from "../../../lib/limit/core/decision.ts";
+import type { StoreIncident } from "../../../lib/limit/guard/guarded_store.ts";
 import {
+  CANARIES,
   createDurableObjectStore,
   DurableObjectStore,
   MAX_SHARDS,
@@ -178,7 +180,11 @@ Deno.test("a caller key the store cannot hold is answered by the failure policy 
     const decision = await store.hit(key, 0);
     assert.ok(store.answeredByPolicy(decision));
   }
-  assert.deepEqual(namespace.calls, []);
+  // No caller's object is called. The failure has the guard ask its canaries, once a probe
+  // interval at most, whether the namespace is down (it is not).
+  assert.deepEqual(namespace.calls.filter((call) => !call.startsWith("canary:")), []);
+  assert.equal(namespace.calls.length, CANARIES);
+  assert.equal(store.breakerState, "closed");
   assert.equal((await store.hit("k".repeat(MAX_KEY_LENGTH), 0)).remaining, 59);
 });
 
@@ -290,23 +296,35 @@ Deno.test("with shards, a failing shard answers only its own callers by the poli
   assert.ok(failed.every((d) => d.unavailable === true));
 });
 
-Deno.test("failures of several objects are the namespace's: its breaker trips, and every caller is answered by the policy without a call", async () => {
+Deno.test("failing objects are never the namespace's, however many; when the canaries fail too it is down: one incident, the breaker open, and every caller answered by the policy without a call", async () => {
   const namespace = new FakeNamespace();
+  const incidents: StoreIncident[] = [];
+  let clock = 0;
   const store = createDurableObjectStore(namespace, {
     policy: POLICY,
     timeoutMs: 30,
     onError: "open",
+    onIncident: (incident) => incidents.push(incident),
+    clock: () => clock,
   });
+  // Fifty objects failing, each called often, and no other object called at all...
+  for (let i = 0; i < 50; i++) namespace.faults.set(`198.51.100.${i}`, "overloaded");
+  for (let n = 0; n < 10; n++) {
+    for (let i = 0; i < 50; i++) await store.hit(`198.51.100.${i}`, 0);
+  }
+  // ...are fifty callers' failures: the canaries (objects named by the isolate) answer.
+  assert.equal(store.breakerState, "closed");
+  assert.equal(incidents.length, 0);
+  assert.equal(store.failingObjects, 50);
+  // Every object failing, the canaries too: the first failure tells it.
   namespace.answer = () => {
     throw new Error("Durable Object is overloaded");
   };
-  // Two objects failing, however often, are two objects' failures...
-  for (let i = 0; i < 20; i++) await store.hit(`198.51.100.${i % 2}`, 0);
-  assert.equal(store.breakerState, "closed");
-  // ...a third is most of the objects called: the namespace is failing.
-  for (let i = 2; i < 6; i++) await store.hit(`198.51.100.${i}`, 0);
+  clock += 1_000; // the canaries are asked once a probe interval at most
+  assert.ok(store.answeredByPolicy(await store.hit("192.0.2.199", 0)));
   assert.equal(store.breakerState, "open");
   assert.equal(store.healthy, false);
+  assert.deepEqual(incidents.map((incident) => incident.kind), ["unavailable"]);
   const calls = namespace.calls.length;
   assert.ok(store.answeredByPolicy(await store.hit("192.0.2.200", 0)));
   assert.equal(namespace.calls.length, calls, "answered without its object");
