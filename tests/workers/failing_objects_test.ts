@@ -198,6 +198,7 @@ Deno.test("workerd: a namespace outage (every object throws or stalls, the canar
               const found = Math.min(
                 ...first.filter((report) => report.breaker !== "closed").map((report) => report.at),
               );
+              // deno-lint-ignore no-console
               console.log(
                 `${ns} ${onError} ${callers}: the outage known after ${Math.round(found)} ms`,
               );

@@ -195,6 +195,7 @@ for (const attackers of [3, 10, 100]) {
           }
           const canaryChecks = objects.calls.get("canary:0") ?? 0;
           const most = Math.max(...keys.map((key) => objects.calls.get(key)!));
+          // deno-lint-ignore no-console
           console.log(
             `${attackers} ${fault} ${onError}: an attacker's object called ${most} times at most, the canaries checked ${canaryChecks} times`,
           );
@@ -275,6 +276,7 @@ for (const callers of [1, 1000]) {
           const started = performance.now();
           await Promise.all(keys.map((key) => guard.hit(key, NOW)));
           const detectedMs = reported[0]! - started;
+          // deno-lint-ignore no-console
           console.log(
             `${fault} ${onError} ${callers}: the outage known after ${detectedMs.toFixed(0)} ms (${
               baseline.toFixed(0)
