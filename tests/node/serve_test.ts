@@ -5,7 +5,9 @@
  *
  * - an answer Node's server does not write itself (a parser's refusal, a request Deno serves that
  *   Node's parser refuses, a CONNECT) comes after the slower response to the request before it on
- *   its connection, which is not lost (lib/node/http1/in_flight.ts).
+ *   its connection, which is not lost (lib/node/http1/in_flight.ts);
+ * - a connection so answered is destroyed when the client closes its side, or after the linger if
+ *   it never does, and `shutdown()` waits for it no longer (lib/node/http1/raw_response.ts).
  *
  * Under `deno test` these are ignored: Deno's `node:http` has no parser of Node's to refuse them.
  *
@@ -14,7 +16,8 @@
 
 import assert from "node:assert/strict";
 import { type NodeHandler, type NodeServer, serveNode } from "../../lib/node/serve.ts";
-import { exchange } from "./_raw_http.ts";
+import { LINGER_MS } from "../../lib/node/http1/raw_response.ts";
+import { answeredHalfOpen, exchange, RAW_ANSWERED } from "./_raw_http.ts";
 
 /** Why these tests do not run under Deno, or undefined on Node (the harness's `Deno` has no version). */
 const notOnNode = "version" in Deno
@@ -88,6 +91,56 @@ nodeTest(
           JSON.stringify(second),
         );
       }
+    });
+  },
+);
+
+/** How long `server.shutdown()` takes, or rejects after `limitMs` (the server then closed at once). */
+async function shutdownMs(server: NodeServer, limitMs: number): Promise<number> {
+  const started = Date.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`shutdown() not resolved in ${limitMs} ms`)),
+      limitMs,
+    );
+  });
+  try {
+    await Promise.race([server.shutdown(), late]);
+    return Date.now() - started;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Slow (about LINGER_MS, 1 s): it waits for the linger of the clients that never close.
+nodeTest(
+  "serveNode() destroys a connection it answered raw within LINGER_MS when the client keeps it half-open, and shutdown() waits no longer",
+  async () => {
+    await withServer(async (server) => {
+      const clients = await Promise.all(
+        RAW_ANSWERED.map((request) => answeredHalfOpen(server.port, request)),
+      );
+      try {
+        const ms = await shutdownMs(server, LINGER_MS * 5);
+        assert.ok(ms <= LINGER_MS + 500, `shutdown() took ${ms} ms`);
+      } finally {
+        for (const client of clients) client.destroy();
+      }
+    });
+  },
+);
+
+nodeTest(
+  "serveNode() destroys a connection it answered raw as soon as the client closes its side",
+  async () => {
+    await withServer(async (server) => {
+      await Promise.all(
+        RAW_ANSWERED.map((request) => answeredHalfOpen(server.port, request, { close: true })),
+      );
+      const ms = await shutdownMs(server, LINGER_MS * 5);
+      // Not the linger: the clients' close is read at once.
+      assert.ok(ms < LINGER_MS / 2, `shutdown() took ${ms} ms`);
     });
   },
 );
