@@ -3,7 +3,8 @@
  * (anchors by GitHub's heading slugs, from `github-slugger`), README's configuration table lists
  * exactly the variables `lib/config.ts` reads, every task in deno.json is mentioned in README.md or a
  * document it links, README's quick-start `curl` lines answer 200 from a started service, README
- * stays short, and every section a code comment cites (`(lib/README.md, "Cold start")`) exists.
+ * stays short, README counts and lists the error codes `lib/errors.ts` has, and every section a code
+ * comment cites (`(lib/README.md, "Cold start")`) exists.
  *
  * @module
  */
@@ -12,6 +13,7 @@ import assert from "node:assert/strict";
 import GithubSlugger from "npm:github-slugger@2.0.0";
 import { marked, type Token, type Tokens } from "marked";
 import { ENV_NAMES, type EnvName, loadConfig } from "../lib/config.ts";
+import { ERROR_CODES, errorCatalog } from "../lib/errors.ts";
 import { startService } from "./_service_process.ts";
 import { findTool } from "./_tools.ts";
 
@@ -194,6 +196,34 @@ Deno.test("README.md stays a front door: at most 300 lines, one short sentence p
   const long = table.rows.filter((row) => (row.at(-1)?.text.length ?? 0) > 90)
     .map((row) => row[0]!.text);
   assert.deepEqual(long, [], "rows whose meaning is over 90 characters: link the details instead");
+});
+
+/** Numbers as README writes them, in words. */
+const NUMBER_WORDS = [
+  "zero",
+  "one",
+  "two",
+  "three",
+  "four",
+  "five",
+  "six",
+  "seven",
+  "eight",
+  "nine",
+  "ten",
+];
+
+Deno.test("README counts the stable error codes lib/errors.ts has, and lists each with its status", async () => {
+  const readme = await Deno.readTextFile(`${ROOT}README.md`);
+  const counted = /with (\w+) stable codes/.exec(readme)?.[1];
+  assert.equal(counted, NUMBER_WORDS[ERROR_CODES.length], "README's count of error codes");
+  const loaded = loadConfig(() => undefined);
+  assert(loaded.ok);
+  const catalog = errorCatalog(loaded.config);
+  const listed = readme.replace(/\s+/g, " ");
+  for (const code of ERROR_CODES) {
+    assert.match(listed, new RegExp(`\`${code}\` \\(${catalog[code].status}[,)]`), code);
+  }
 });
 
 /** The section of README.md under the level-2 heading `title`: its tokens. */

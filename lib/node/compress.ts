@@ -15,6 +15,7 @@
  * @module
  */
 
+import { Buffer } from "node:buffer";
 import {
   type BrotliCompress,
   constants,
@@ -71,15 +72,7 @@ function oneFlushedWrite(
     const chunks: Uint8Array[] = [];
     stream.on("data", (chunk: Uint8Array) => chunks.push(chunk));
     stream.on("error", reject);
-    stream.on("end", () => {
-      const out = new Uint8Array(chunks.reduce((sum, chunk) => sum + chunk.length, 0));
-      let offset = 0;
-      for (const chunk of chunks) {
-        out.set(chunk, offset);
-        offset += chunk.length;
-      }
-      resolve(out);
-    });
+    stream.on("end", () => resolve(Buffer.concat(chunks)));
     stream.write(bytes);
     stream.flush(flush, () => stream.end());
   });

@@ -19,7 +19,8 @@
  *   (`http1/request_target.ts`), heads up to Deno's 64 KiB and 128 fields, no `Host` and
  *   `Expect` left to the handler, the HTTP/1.0 status line to HTTP/1.0 (`http1/response_version.ts`),
  *   CONNECT answered (`http1/connect.ts`), and Node's parser's refusals answered by the handler
- *   (`http1/client_error.ts`);
+ *   (`http1/client_error.ts`), each after the responses to the requests before it on its
+ *   connection (`http1/in_flight.ts`);
  * - a head that does not arrive within {@linkcode HEADERS_TIMEOUT_MS} refused, and its connection
  *   closed.
  *
@@ -33,6 +34,7 @@ import type { Refuse } from "../respond/refusal.ts";
 import { messageOf } from "../text/error_message.ts";
 import { type ClientErrorOptions, createClientErrorListener } from "./http1/client_error.ts";
 import { createConnectListener } from "./http1/connect.ts";
+import { countResponse } from "./http1/in_flight.ts";
 import { peerOf } from "./http1/peer.ts";
 import { RawFields } from "./http1/raw_fields.ts";
 import { MAX_FIELDS } from "./http1/raw_head.ts";
@@ -164,6 +166,8 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
     requireHostHeader: false,
     ServerResponse: VersionedResponse,
   }, (req, res) => {
+    // Counted, so that an answer Node's server does not write waits for it (http1/in_flight.ts).
+    countResponse(req.socket, res);
     answer(req, res, state).catch((error) => {
       onError(error);
       if (!res.headersSent) res.writeHead(500, { "content-length": "0" });

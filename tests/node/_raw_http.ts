@@ -9,7 +9,7 @@
  */
 
 import { Buffer } from "node:buffer";
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
 
 /** One answer as written on the wire. */
 export interface RawAnswer {
@@ -153,3 +153,35 @@ export function bodyKind(answer: RawAnswer): string {
   }
   return type;
 }
+
+/**
+ * Sends `request` to `127.0.0.1:port` on a connection whose client keeps its side open after the
+ * server has answered and closed its own (`allowHalfOpen`), or closes it then if `close`; resolves
+ * with the socket once the server has ended its side.
+ */
+export function answeredHalfOpen(
+  port: number,
+  request: string,
+  options: { close?: boolean } = {},
+): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: "127.0.0.1", port, allowHalfOpen: options.close !== true });
+    socket.on("error", reject);
+    socket.on("data", () => {});
+    socket.on("end", () => resolve(socket));
+    socket.write(Buffer.from(request, "latin1"));
+  });
+}
+
+/**
+ * Requests Node's HTTP server does not answer itself (its entry writes their answers on the socket):
+ * an unknown method, a head that is not one, two `Content-Length` values, a CONNECT, and an unknown
+ * method pipelined after a GET.
+ */
+export const RAW_ANSWERED: readonly string[] = [
+  "FOO /b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+  "HELLO\r\n\r\n",
+  "GET /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n",
+  "CONNECT localhost:1 HTTP/1.1\r\nHost: localhost:1\r\n\r\n",
+  "GET /a HTTP/1.1\r\nHost: localhost\r\n\r\nFOO /b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+];

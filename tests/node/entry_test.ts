@@ -7,7 +7,8 @@
  * - negotiation: Markdown, br and gzip, 304, HEAD, OPTIONS, 405, 404 in JSON and Markdown;
  * - the limit: its fields counting down, then 429 `rate_limited` with `Retry-After`;
  * - the decided answer to each request where Node's and Deno's differed (`_parity_cases.ts`);
- * - a parser's refusal logged, a late head answered 408, a silent connection closed.
+ * - a parser's refusal logged, a late head answered 408, a silent connection closed;
+ * - a SIGTERM stop that clients of answered refusals, keeping their side open, do not hold up.
  *
  * Under `deno test` these are ignored: they need the Node that runs them (`process.execPath`).
  *
@@ -21,7 +22,7 @@ import { buildAnswers } from "../../lib/respond/paths.ts";
 import { HEADERS_TIMEOUT_MS } from "../../lib/node/serve.ts";
 import { TEST_BASE_URL, testConfig, testContent } from "../_server.ts";
 import { startNodeEntry } from "./_node_entry.ts";
-import { bodyKind, exchange, type RawAnswer } from "./_raw_http.ts";
+import { answeredHalfOpen, bodyKind, exchange, RAW_ANSWERED, type RawAnswer } from "./_raw_http.ts";
 import { PARITY_CASES } from "./_parity_cases.ts";
 
 /** Why these tests do not run under Deno, or undefined on Node (the harness's `Deno` has no version). */
@@ -254,5 +255,31 @@ entryTest(
     } finally {
       assert.equal(await entry.stop(), 0);
     }
+  },
+);
+
+entryTest(
+  "Node's entry stops on SIGTERM without overrunning its deadline while refused clients keep their connections half-open",
+  async () => {
+    const entry = await startNodeEntry({ ...ENV, RATE_LIMIT: "1000" });
+    let code: number | null = null;
+    const clients = await Promise.all(
+      RAW_ANSWERED.map((request) => answeredHalfOpen(entry.port, request)),
+    );
+    try {
+      const started = Date.now();
+      code = await entry.stop();
+      const ms = Date.now() - started;
+      const messages = entry.events.map((event) => String(event.message));
+      assert.deepEqual(
+        messages.slice(-2),
+        ["shutting down: finishing requests in flight", "stopped"],
+        `after ${ms} ms`,
+      );
+    } finally {
+      for (const client of clients) client.destroy();
+      if (code === null) await entry.stop();
+    }
+    assert.equal(code, 0);
   },
 );

@@ -14,7 +14,8 @@
  *
  * The refusals are answered by the handler's `refuse` (lib/respond/refusal.ts): the Error body, the
  * caller's RateLimit fields where it is known, an access-log line. Node's own answers to them carry
- * neither and are not logged.
+ * neither and are not logged. Each is answered after the responses to the requests before it on its
+ * connection (`in_flight.ts`), in the order they came, as Deno answers pipelined requests.
  *
  * @module
  */
@@ -24,6 +25,7 @@ import type { Handler } from "../../handler.ts";
 import type { Refuse } from "../../respond/refusal.ts";
 import { RawFields } from "./raw_fields.ts";
 import { type RawHead, readRawHead } from "./raw_head.ts";
+import { whenAnswered } from "./in_flight.ts";
 import { writeRawResponse } from "./raw_response.ts";
 import { peerOf } from "./peer.ts";
 import { urlOf } from "./request_target.ts";
@@ -80,12 +82,16 @@ export function createClientErrorListener(
   };
 }
 
-/** Answers the refused request on `socket`: by the handler if Deno serves it, else its refusal. */
+/**
+ * Answers the refused request on `socket`, once the requests before it are answered: by the handler
+ * if Deno serves it, else its refusal.
+ */
 async function answer(
   error: ClientError,
   socket: Socket,
   { handler, fallback }: ClientErrorOptions,
 ): Promise<void> {
+  await whenAnswered(socket);
   const head = error.rawPacket === undefined
     ? undefined
     : readRawHead(error.rawPacket, error.bytesParsed ?? 0);

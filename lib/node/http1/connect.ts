@@ -5,12 +5,14 @@
  * This listener does what Deno does: the handler's answer for the URL of the authority-form target
  * (`http://host:port`, whose path is `/`), written on the socket, which is then closed: Node does not
  * take a socket it handed over back to its parser. A target of another form is Deno's parser's 400.
+ * It is answered after the responses to the requests before it on its connection (`in_flight.ts`).
  *
  * @module
  */
 
 import type { IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
+import { whenAnswered } from "./in_flight.ts";
 import { RawFields } from "./raw_fields.ts";
 import { writeRawResponse } from "./raw_response.ts";
 import { peerOf } from "./peer.ts";
@@ -35,6 +37,7 @@ async function answerConnect(
   { handler, fallback }: ClientErrorOptions,
 ): Promise<void> {
   socket.pause();
+  await whenAnswered(socket);
   const method = request.method ?? "CONNECT";
   const url = urlOf(method, request.url ?? "", request.headers.host, fallback());
   const headers = new RawFields(request.rawHeaders);

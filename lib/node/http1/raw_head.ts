@@ -87,7 +87,9 @@ export function readRawHead(bytes: Uint8Array, at: number): RawHead | undefined 
 
 /**
  * Where the request line of the head around `at` starts: the start of the nearest line, at or
- * before `at`, that reads as a request line; undefined if none is found a head's length back.
+ * before `at`, that reads as a request line; undefined if none is found a head's length back, or
+ * before the empty line that ended the head of a request before it (served already: a line the
+ * parser refused after it, `HELLO`, is no request of its own, not that one again).
  */
 function requestLineStart(text: string, at: number): number | undefined {
   let lineStart = text.lastIndexOf("\n", at - 1) + 1;
@@ -95,7 +97,7 @@ function requestLineStart(text: string, at: number): number | undefined {
     const lineEnd = text.indexOf("\r\n", lineStart);
     const line = text.slice(lineStart, lineEnd === -1 ? text.length : lineEnd);
     if (REQUEST_LINE.test(line)) return lineStart;
-    if (lineStart === 0) return undefined;
+    if (lineStart === 0 || (line === "" && back > 0)) return undefined;
     lineStart = text.lastIndexOf("\n", lineStart - 2) + 1;
   }
   return undefined;

@@ -59,6 +59,10 @@ Deno.test("readRawHead() reads nothing it cannot read whole and strictly", () =>
   for (const text of refused) {
     assert.equal(readRawHead(bytes(text), 1), undefined, JSON.stringify(text));
   }
+  // A line that is no request, after a request already served in the same read: not that one.
+  const served = "GET /first HTTP/1.1\r\nHost: a\r\n\r\n";
+  assert.equal(readRawHead(bytes(`${served}HELLO\r\n\r\n`), served.length + 1), undefined);
+  assert.equal(readRawHead(bytes(`${served}\r\nHELLO\r\n\r\n`), served.length + 3), undefined);
 });
 
 Deno.test("readRawHead() reads at most as many fields as Deno's parser takes", () => {

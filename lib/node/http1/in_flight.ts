@@ -1,0 +1,57 @@
+/**
+ * The responses Node's HTTP server still owes on a connection, so that an answer written straight
+ * onto its socket (a parser's refusal, `client_error.ts`; a CONNECT, `connect.ts`) comes after them,
+ * in the order the requests came: a client that pipelines `GET /a` then `FOO /b` gets the GET's 200,
+ * then the 501. Node's parser refuses `FOO` while the GET's handler is still waiting on its store (a
+ * Redis, KV or Durable Object round trip); written at once and the socket ended, the 501 went first
+ * and the 200 was lost.
+ *
+ * The server counts each request's response here when it receives the request
+ * ({@linkcode countResponse}), and the count drops as each response closes; a raw answer waits
+ * ({@linkcode whenAnswered}) until none is left, or the connection is gone.
+ *
+ * @module
+ */
+
+import type { ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+
+/** The responses in flight on one connection, and the answers waiting for them. */
+interface Flight {
+  count: number;
+  waiters: Array<() => void>;
+}
+
+/** Per connection; gone with its socket. */
+const FLIGHTS = new WeakMap<Socket, Flight>();
+
+/**
+ * Counts `res` as in flight on `socket` until it closes: sent whole ('close' follows 'finish'), or
+ * cut off with its connection. Call it where the server receives the request.
+ */
+export function countResponse(socket: Socket, res: ServerResponse): void {
+  let flight = FLIGHTS.get(socket);
+  if (flight === undefined) {
+    flight = { count: 0, waiters: [] };
+    FLIGHTS.set(socket, flight);
+  }
+  flight.count++;
+  const counted = flight;
+  res.once("close", () => {
+    if (--counted.count > 0) return;
+    for (const waiter of counted.waiters.splice(0)) waiter();
+  });
+}
+
+/**
+ * Resolves once every response counted on `socket` has closed, or at once if none is in flight;
+ * also once the socket closes (there is then nothing to write on).
+ */
+export function whenAnswered(socket: Socket): Promise<void> {
+  const flight = FLIGHTS.get(socket);
+  if (flight === undefined || flight.count === 0 || socket.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    flight.waiters.push(resolve);
+    socket.once("close", () => resolve());
+  });
+}
