@@ -50,20 +50,25 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
     // The composition, then the wiring.
     { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },
+    // What every entry does alike, runtime-neutral (Fastify's warnings and hooks, each in one
+    // place): the writer of its lines, its events (the runtime's output given by the entry), its
+    // start-up warnings and failure sentences, the listener's events, the handler as an entry
+    // builds it, the stop. Above the handler, under the entries: the request path never reaches it.
+    { layer: 7, group: "lifecycle", matches: (p) => p.startsWith("lib/lifecycle/") },
     // The process, main.ts's steps: configure, open the store, serve and stop, events, start-up
     // failures as sentences, Deno Deploy's environment.
-    { layer: 7, group: "server", matches: (p) => p.startsWith("lib/server/") },
+    { layer: 8, group: "server", matches: (p) => p.startsWith("lib/server/") },
     // Cloudflare Workers' entry folder: the Worker, its bindings and store, the Durable Object
     // class it exports, its build and local server.
-    { layer: 7, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
+    { layer: 8, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
     // Node's entry folder: its main, the adapter to node:http, the files read from the disk, its
     // events and start-up sentences.
-    { layer: 7, group: "node", matches: (p) => p.startsWith("lib/node/") },
-    { layer: 8, group: "main", matches: (p) => p === "main.ts" },
+    { layer: 8, group: "node", matches: (p) => p.startsWith("lib/node/") },
+    { layer: 9, group: "main", matches: (p) => p === "main.ts" },
     // The tools that run before or beside the service, never in it, each a task's entry: the entry
     // picker of `deno task start`, the pages' and the token ranks' builds, the Worker's build and
     // local server.
-    { layer: 8, group: "build", matches: (p) => p.startsWith("lib/build/") },
+    { layer: 9, group: "build", matches: (p) => p.startsWith("lib/build/") },
   ];
 
 /** The longest a function may be, in lines from its signature to its closing brace: about a screen. */

@@ -79,7 +79,7 @@ export function checkDeployment(
   }
   const result = workerConfig(bindings as Bindings);
   return result.ok
-    ? { errors: [], warnings: result.warnings }
+    ? { errors: [], warnings: result.warnings.map((warning) => warning.message) }
     : { errors: result.errors, warnings: [] };
 }
 

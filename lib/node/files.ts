@@ -12,7 +12,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync } fr
 import { fileURLToPath } from "node:url";
 import { STATIC_DIR, type StaticFiles, UnreadableFolderError } from "../pages/content.ts";
 import type { FormReader } from "../pages/tokens/ranks.ts";
-import { codeOf } from "./startup.ts";
+import { errorCodeOf } from "../text/error_message.ts";
 
 /**
  * Reads a file's text from the disk; a read the file system denied (or Node's permission model did
@@ -29,7 +29,7 @@ export function readStaticFile(path: string): string {
   try {
     return readFileSync(path, "utf8");
   } catch (error) {
-    const code = codeOf(error);
+    const code = errorCodeOf(error);
     if (code === "ERR_ACCESS_DENIED") {
       throw new UnreadableFolderError("not-granted", { cause: error });
     }

@@ -121,6 +121,26 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
 }
 
 /**
+ * The relay main.ts joins: under `deno serve`, where a stop signal that comes while this worker
+ * starts must not be lost. Not with `--listen`, which stops the process itself
+ * (`lib/lifecycle/stop.ts`), nor on Deno Deploy, which stops through that same path and whose
+ * `BroadcastChannel` reaches the app's other isolates; nor in a module that is not the main one.
+ */
+export function relayWhenServed(main: boolean): StopRelay | undefined {
+  if (!main || Deno.args.includes("--listen") || onDenoDeploy()) return undefined;
+  return relayServeStop();
+}
+
+/** Whether this is Deno Deploy, read before the configuration (false where env cannot be read). */
+function onDenoDeploy(): boolean {
+  try {
+    return Deno.env.get("DENO_DEPLOY") === "true";
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Sends `signal` to this process: `node:process`'s `kill` of its own pid, loaded only then (main.ts
  * loads no `node:` module before its first response: lib/README.md, "Cold start").
  */

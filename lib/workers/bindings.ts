@@ -23,6 +23,7 @@ import { type Config, type Env, ENV_NAMES, type EnvName, loadConfig } from "../c
 import { policyOf } from "../limit/core/decision.ts";
 import { checkDurablePolicy } from "../limit/durable_object/object_logs.ts";
 import { workersMaxCallers } from "./memory_cap.ts";
+import type { Warning } from "../lifecycle/warnings.ts";
 import { workerRules } from "./worker_rules.ts";
 
 /** The binding of the Durable Object namespace that keeps the limit (wrangler.json). */
@@ -33,7 +34,7 @@ export type WorkerStoreKind = "durable-object" | "memory";
 
 /** The Worker's configuration and its warnings (`worker_rules.ts`), or every problem found. */
 export type WorkerConfigResult =
-  | { ok: true; config: Config; store: WorkerStoreKind; warnings: string[] }
+  | { ok: true; config: Config; store: WorkerStoreKind; warnings: Warning[] }
   | { ok: false; errors: string[] };
 
 /** A Worker's `env`: strings, numbers and booleans for vars and secrets, objects for bindings. */

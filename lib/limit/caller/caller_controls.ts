@@ -189,9 +189,5 @@ export function createCallerVerdict(
   };
 }
 
-/** The warning of every start under `RATE_LIMIT_MODE=report` (the Deno service's and the Worker's). */
-export const REPORT_MODE_WARNING =
-  "RATE_LIMIT_MODE=report: the rate limit is NOT enforced; requests over it are served and logged as report_refused (unset RATE_LIMIT_MODE, or set it to enforce, to refuse them)";
-
 /** Why a would-be refusal was served: its caller is exempt, or the limit only reports. */
 export type ServedRefusal = "exempted" | "report_refused";
