@@ -34,7 +34,7 @@ const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: stri
     // The limiter: the decision, the stores, the guard, the caller key.
     { layer: 2, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.
-    { layer: 3, group: "config", matches: (p) => p === "lib/config.ts" },
+    { layer: 3, group: "config", matches: (p) => p.startsWith("lib/config/") },
     // The pages (content, layout, API reference).
     { layer: 4, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
     // The service's parts: the errors, the access log, the warm-up, the store's events.
@@ -295,6 +295,83 @@ Deno.test("no build step imports an entry's module", async () => {
   }
   assert.ok(graph.get("lib/build/tokens.ts")!.includes("lib/pages/content.ts"), "imports are read");
   assert.deepEqual(buildImportsOfEntries(graph), []);
+});
+
+/**
+ * The configuration's modules (`lib/config/`, one concern each) and those of the folder each may
+ * import. `config.ts`, the composition root, is the one that crosses the concerns; no module of the
+ * folder imports it. Outside the folder, modules import the root, `env.ts` (the variables),
+ * `messages.ts`, `rules.ts` and `removal.ts`' notice; the settings' modules are the folder's own.
+ */
+const CONFIG_MODULES: Readonly<Record<string, readonly string[]>> = {
+  "env.ts": [],
+  "messages.ts": [],
+  "rules.ts": ["messages.ts"],
+  "listen.ts": ["env.ts", "rules.ts"],
+  "product.ts": ["env.ts", "messages.ts", "rules.ts"],
+  "redis_settings.ts": ["env.ts", "messages.ts"],
+  "limit_settings.ts": ["env.ts", "redis_settings.ts"],
+  "callers.ts": ["env.ts"],
+  "removal.ts": ["env.ts"],
+  "config.ts": [
+    "env.ts",
+    "listen.ts",
+    "product.ts",
+    "limit_settings.ts",
+    "callers.ts",
+    "removal.ts",
+    "rules.ts",
+  ],
+};
+
+/** The configuration's settings modules: imported only inside `lib/config/`. */
+const CONFIG_INTERNALS = [
+  "listen.ts",
+  "product.ts",
+  "redis_settings.ts",
+  "limit_settings.ts",
+  "callers.ts",
+];
+
+/** The imports of `graph` that break the configuration's layout: see {@linkcode CONFIG_MODULES}. */
+function configViolations(graph: Graph): string[] {
+  const violations: string[] = [];
+  const inConfig = (path: string) =>
+    path.startsWith("lib/config/") ? path.slice("lib/config/".length) : undefined;
+  for (const [module, imports] of graph) {
+    const from = inConfig(module);
+    for (const target of imports) {
+      const to = inConfig(target);
+      if (to === undefined) continue;
+      if (from === undefined) {
+        if (CONFIG_INTERNALS.includes(to)) {
+          violations.push(`${module} imports ${target}, an internal of lib/config/`);
+        }
+      } else if (from !== to && !CONFIG_MODULES[from]?.includes(to)) {
+        violations.push(`${module} imports ${target}, not among ${from}'s`);
+      }
+    }
+  }
+  return violations;
+}
+
+Deno.test("configViolations() names an internal imported from outside and an import the table does not allow", () => {
+  const graph: Graph = new Map([
+    ["lib/server/configure.ts", ["lib/config/config.ts", "lib/config/product.ts"]],
+    ["lib/config/rules.ts", ["lib/config/config.ts", "lib/config/messages.ts"]],
+  ]);
+  assert.deepEqual(configViolations(graph), [
+    "lib/server/configure.ts imports lib/config/product.ts, an internal of lib/config/",
+    "lib/config/rules.ts imports lib/config/config.ts, not among rules.ts's",
+  ]);
+});
+
+Deno.test("the configuration keeps its layout: one module per concern, only config.ts composes them", async () => {
+  const graph = await moduleGraph();
+  const modules = [...graph.keys()].filter((path) => path.startsWith("lib/config/"))
+    .map((path) => path.slice("lib/config/".length));
+  assert.deepEqual(modules.sort(), Object.keys(CONFIG_MODULES).sort());
+  assert.deepEqual(configViolations(graph), []);
 });
 
 /** Every `.ts` file under `lib/`, relative to the root. */

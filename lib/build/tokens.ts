@@ -18,7 +18,8 @@
 
 import bpe from "gpt-tokenizer/bpeRanks/o200k_base";
 import { O200K_TOKEN_SPLIT_REGEX } from "gpt-tokenizer/encodingParams/constants";
-import { loadConfig, recordEnv } from "../config.ts";
+import { loadConfig } from "../config/config.ts";
+import { recordEnv } from "../config/env.ts";
 import { errorCatalog, errorMarkdown } from "../errors.ts";
 import { loadContent, STATIC_DIR, type StaticFiles } from "../pages/content.ts";
 import { PAGES } from "../pages/site_pages.ts";

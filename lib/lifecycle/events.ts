@@ -8,7 +8,7 @@
  * @module
  */
 
-import { formatConfigErrors, redactSecrets } from "../config.ts";
+import { formatConfigErrors, redactSecrets } from "../config/messages.ts";
 import { namedMessageOf } from "../text/error_message.ts";
 import type { DroppedLines } from "./line_writer.ts";
 

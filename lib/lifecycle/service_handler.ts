@@ -12,7 +12,7 @@
  */
 
 import type { AccessLog } from "../access_log.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import type { Content } from "../pages/content.ts";

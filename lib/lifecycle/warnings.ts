@@ -8,7 +8,8 @@
  * @module
  */
 
-import { type Config, MIN_DEPRECATION_NOTICE_DAYS } from "../config.ts";
+import { type Config } from "../config/config.ts";
+import { MIN_DEPRECATION_NOTICE_DAYS } from "../config/removal.ts";
 import { otelConsoleMode } from "../telemetry/enabled.ts";
 import { event } from "./events.ts";
 

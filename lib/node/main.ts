@@ -16,7 +16,7 @@
 
 import process from "node:process";
 import { createAccessLog } from "../access_log.ts";
-import { loadConfig } from "../config.ts";
+import { loadConfig } from "../config/config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
 import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";

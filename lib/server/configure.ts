@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type Config, loadConfig } from "../config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
 import { type Content, loadContent } from "../pages/content.ts";
 import { event, fatal } from "../lifecycle/events.ts";
 import { fatalExplained } from "./events.ts";

@@ -8,7 +8,7 @@
  */
 
 import type { AccessLog } from "../access_log.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { Handler } from "../handler.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import type { Telemetry } from "../telemetry/load.ts";

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
 import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { MIN_SYNC_TIMEOUT_MS } from "../limit/open_store.ts";
 import { DRAIN_MS, STOP_DEADLINE_MS } from "../lifecycle/stop.ts";
 import { otelExitWarning, otelStartWarnings, warn } from "../lifecycle/warnings.ts";

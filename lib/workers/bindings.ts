@@ -1,6 +1,6 @@
 /**
  * The Worker's configuration: its environment bindings (vars and secrets) read through
- * `lib/config.ts`'s {@linkcode Env}, under the same rules and with the same messages as the Deno
+ * `lib/config/env.ts`'s {@linkcode Env}, under the same rules and with the same messages as the Deno
  * service's environment variables, plus what only a Worker decides: where its limit lives.
  *
  * Every name of `ENV_NAMES` is read the same way, so a variable added there works on Workers with
@@ -19,7 +19,8 @@
  * @module
  */
 
-import { type Config, type Env, ENV_NAMES, type EnvName, loadConfig } from "../config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
+import { type Env, ENV_NAMES, type EnvName } from "../config/env.ts";
 import { policyOf } from "../limit/core/decision.ts";
 import { checkDurablePolicy } from "../limit/durable_object/object_logs.ts";
 import { workersMaxCallers } from "./memory_cap.ts";

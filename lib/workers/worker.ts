@@ -2,7 +2,7 @@
  * The service as a Cloudflare Worker: `export default { fetch }` over the same `createHandler` as
  * `main.ts`, with what differs on Workers and nothing else.
  *
- * - Configuration: the Worker's bindings (vars and secrets) through `lib/config.ts`'s rules
+ * - Configuration: the Worker's bindings (vars and secrets) through `lib/config/`'s rules
  *   (`bindings.ts`), read once per isolate, at its first request (a Worker's `env` exists only
  *   there), and nothing of that request: no value of a request becomes configuration. Invalid
  *   (`deno task worker` and `deno task worker:build` refuse it first; vars changed in the
@@ -27,7 +27,8 @@
  */
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
-import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
+import { type Config } from "../config/config.ts";
+import { formatConfigErrors, redactSecrets } from "../config/messages.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import { parseIp } from "../http/address.ts";
 import { namedMessageOf } from "../text/error_message.ts";

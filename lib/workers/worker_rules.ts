@@ -25,7 +25,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { type CidrSet, cidrSetsOverlap, parseCidrSet, rangeText } from "../http/address.ts";
 import {
   type Warning,
@@ -51,7 +51,8 @@ const LOOPBACK = parseCidrSet("127.0.0.0/8,::1/128").set;
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * const of = (env: Record<string, string>) => {
  *   const loaded = loadConfig(recordEnv(env));
  *   assert(loaded.ok);

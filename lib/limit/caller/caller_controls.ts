@@ -5,7 +5,7 @@
  * IPv4 address, or an IPv6 /64, never a header, a user agent or a secret (lib/limit/README.md,
  * "Operator controls").
  *
- * The lists are parsed and checked at start-up by `lib/config.ts` ({@linkcode controlListProblems});
+ * The lists are parsed and checked at start-up by `lib/config/callers.ts` ({@linkcode controlListProblems});
  * a request's verdict is one comparison for the caller of the request before, one map look-up for a
  * recent caller, and a scan of integer ranges for a new one.
  *
