@@ -1,9 +1,9 @@
 /**
  * The service on Node.js (24.7 and later: `npm ci && npm start`, or `node lib/node/main.ts`), read top
- * to bottom as `main.ts` is for Deno: check the runtime, configure from the environment, open the
- * store, build the same handler (`lib/lifecycle/service_handler.ts`), serve it on `HOSTNAME:PORT`
- * (`serve.ts`), and stop gracefully on SIGTERM and SIGINT, as every entry stops
- * (`lib/lifecycle/stop.ts`). Events are JSON
+ * to bottom as `main.ts` is for Deno: check the runtime and the npm packages, configure from the
+ * environment, open the store, build the same handler (`lib/lifecycle/service_handler.ts`), serve it
+ * on `HOSTNAME:PORT` (`serve.ts`), and stop gracefully on SIGTERM and SIGINT, or when `npm start`'s
+ * npm is gone (`npm_parent.ts`), as every entry stops (`lib/lifecycle/stop.ts`). Events are JSON
  * lines on stderr, the access log is on stdout (`events.ts`: neither ever waits for its reader), and
  * a failed start is one sentence and exit 1.
  *
@@ -32,12 +32,14 @@ import { STDERR_LINES, STDOUT_LINES, useNodeEvents } from "./events.ts";
 import { NODE_STATIC_FILES } from "./files.ts";
 import { useCompressor } from "../http/representation.ts";
 import { compressLikeDeno } from "./compress.ts";
+import { watchNpmParent } from "./npm_parent.ts";
+import { missingPackages, missingPackagesSentence } from "./packages.ts";
 import { type NodeServer, serveNode } from "./serve.ts";
 
 /** The oldest Node this runs on: `CompressionStream` has brotli from 24.7. */
 const MIN_NODE: readonly [number, number] = [24, 7];
 
-/** Refuses, in one sentence, a Node older than {@linkcode MIN_NODE}. */
+/** Refuses, in one sentence, a Node older than {@linkcode MIN_NODE} or a checkout without npm ci. */
 async function checkRuntime(): Promise<void> {
   const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);
   if (major < MIN_NODE[0] || (major === MIN_NODE[0] && minor < MIN_NODE[1])) {
@@ -47,6 +49,8 @@ async function checkRuntime(): Promise<void> {
       } or later (24 LTS or 26 LTS); nothing is served.`,
     );
   }
+  const missing = missingPackages();
+  if (missing.length > 0) await fatalSentence(missingPackagesSentence(missing));
 }
 
 /** The validated configuration and content, or one sentence per problem and exit 1. */
@@ -139,6 +143,10 @@ async function main(): Promise<void> {
   lifecycle.serving();
   const stop = stopOn(lifecycle, server, { store, flush: () => accessLog?.flush() });
   for (const signal of ["SIGTERM", "SIGINT"] as const) process.on(signal, () => void stop(signal));
+  watchNpmParent(() => {
+    event("warn", "npm start's npm process is gone: stopping as on SIGTERM");
+    void stop("SIGTERM");
+  });
 }
 
 useNodeEvents();
