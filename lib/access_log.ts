@@ -1,9 +1,9 @@
 /**
  * The access log: one record per request, formatted as a JSON line and written to stdout in batches.
  *
- * A synchronous write per request would cost more than answering it, so lines are gathered and
- * written together every `flushMs` or when the buffer is large; `flush` writes what is left (at
- * shutdown). Records are made by {@linkcode createAccessRecorder}, which the handler calls once per
+ * A write per request would cost more than answering it, so lines are gathered and handed to the
+ * writer together every `flushMs` or when the buffer is large; `flush` hands on what is left (at
+ * shutdown). The writer is the entry's stdout (`lib/lifecycle/line_writer.ts`), which never blocks. Records are made by {@linkcode createAccessRecorder}, which the handler calls once per
  * request.
  *
  * @module
@@ -121,8 +121,6 @@ export interface AccessLog {
   flush: () => void;
 }
 
-const ENCODER = new TextEncoder();
-
 /** Formats one record as a JSON line (keys in a fixed order, so lines are easy to grep). */
 export function formatAccessRecord(record: AccessRecord): string {
   return `{"time":"${record.time}","method":${JSON.stringify(record.method)},"path":${
@@ -133,12 +131,12 @@ export function formatAccessRecord(record: AccessRecord): string {
 }
 
 /**
- * Creates a batched access log over a synchronous writer.
+ * Creates a batched access log over a writer of lines.
  *
- * @param write writes all of a chunk (e.g. to `Deno.stdout`)
+ * @param write takes a chunk of whole lines (the entry's stdout writer), never blocking
  */
 export function createAccessLog(
-  write: (chunk: Uint8Array) => void,
+  write: (chunk: string) => void,
   options: AccessLogOptions = {},
 ): AccessLog {
   const flushMs = options.flushMs ?? 250;
@@ -150,7 +148,7 @@ export function createAccessLog(
     cancelTimer?.();
     cancelTimer = undefined;
     if (buffer === "") return;
-    const chunk = ENCODER.encode(buffer);
+    const chunk = buffer;
     buffer = "";
     write(chunk);
   };
@@ -167,12 +165,6 @@ export function createAccessLog(
     },
     flush,
   };
-}
-
-/** Writes all of `chunk` to a synchronous writer such as `Deno.stdout`. */
-export function writeAll(writer: { writeSync(p: Uint8Array): number }, chunk: Uint8Array): void {
-  let offset = 0;
-  while (offset < chunk.length) offset += writer.writeSync(chunk.subarray(offset));
 }
 
 /**

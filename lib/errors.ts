@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { Config } from "./config.ts";
+import type { Config } from "./config/config.ts";
 import { escapeHtml } from "./pages/layout.ts";
 import { STATUS } from "./http/message.ts";
 

@@ -14,7 +14,7 @@
  */
 
 import { type AccessRecord, type AccessRecorder, createAccessRecorder } from "./access_log.ts";
-import type { Config } from "./config.ts";
+import type { Config } from "./config/config.ts";
 import { isCorsPreflight, isValidHost, requestPathOf } from "./http/message.ts";
 import { createCallerKey, type PeerInfo } from "./limit/caller/caller_key.ts";
 import {
@@ -114,7 +114,8 @@ export interface HandlerOptions {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "./config.ts";
+ * import { loadConfig } from "./config/config.ts";
+ * import { recordEnv } from "./config/env.ts";
  * import { policyOf } from "./limit/core/decision.ts";
  * import { MemoryStore } from "./limit/memory/memory_store.ts";
  * import { DISK_STATIC_FILES } from "./server/static_files.ts";

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { type Config, redactSecrets } from "./config.ts";
+import { type Config } from "./config/config.ts";
+import { redactSecrets } from "./config/messages.ts";
 import type { OpenStoreOptions } from "./limit/open_store.ts";
 import type { ClockVerdict } from "./limit/clock/peer_clocks.ts";
 

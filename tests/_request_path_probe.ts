@@ -9,7 +9,8 @@
  */
 
 import { createHandler } from "../lib/handler.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
 import { policyOf } from "../lib/limit/core/decision.ts";
 import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { loadContent } from "../lib/pages/content.ts";

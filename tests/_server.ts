@@ -15,7 +15,8 @@
 
 import type { AccessRecord } from "../lib/access_log.ts";
 import { createHandler } from "../lib/handler.ts";
-import { type Config, type EnvName, loadConfig, recordEnv } from "../lib/config.ts";
+import { type Config, loadConfig } from "../lib/config/config.ts";
+import { type EnvName, recordEnv } from "../lib/config/env.ts";
 import { type Content, loadContent } from "../lib/pages/content.ts";
 import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import type { PathAnswers } from "../lib/respond/answers.ts";

@@ -22,48 +22,53 @@ import { denoInfo, ROOT } from "./_deno_info.ts";
  */
 const LAYERS: ReadonlyArray<{ layer: number; group: string; matches: (path: string) => boolean }> =
   [
-    // HTTP helpers with no policy: status names, negotiation, representations and their codings.
-    { layer: 0, group: "http", matches: (p) => p.startsWith("lib/http/") },
-    // A timer that loads nothing, for what is scheduled before the first response.
-    { layer: 0, group: "timer", matches: (p) => p === "lib/timer.ts" },
-    // A value built on first use and kept.
-    { layer: 0, group: "once", matches: (p) => p === "lib/once.ts" },
-    // Text helpers with no policy, each written once: an error's message, SHA-256 in hex, the
-    // characters no one-line value may hold.
+    // Text helpers with no policy, each written once: an error's message and code, SHA-256 in hex,
+    // base64, the characters no one-line value may hold. Below the HTTP helpers, which use base64.
     { layer: 0, group: "text", matches: (p) => p.startsWith("lib/text/") },
+    // HTTP helpers with no policy: status names, negotiation, representations and their codings.
+    { layer: 1, group: "http", matches: (p) => p.startsWith("lib/http/") },
+    // A timer that loads nothing, for what is scheduled before the first response.
+    { layer: 1, group: "timer", matches: (p) => p === "lib/timer.ts" },
+    // A value built on first use and kept.
+    { layer: 1, group: "once", matches: (p) => p === "lib/once.ts" },
     // The limiter: the decision, the stores, the guard, the caller key.
-    { layer: 1, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
+    { layer: 2, group: "limit", matches: (p) => p.startsWith("lib/limit/") },
     // The configuration, which names the limiter's settings.
-    { layer: 2, group: "config", matches: (p) => p === "lib/config.ts" },
+    { layer: 3, group: "config", matches: (p) => p.startsWith("lib/config/") },
     // The pages (content, layout, API reference).
-    { layer: 3, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
+    { layer: 4, group: "pages", matches: (p) => p.startsWith("lib/pages/") },
     // The service's parts: the errors, the access log, the warm-up, the store's events.
     {
-      layer: 4,
+      layer: 5,
       group: "service",
       matches: (p) => /^lib\/(errors|access_log|warm_up|store_events)\.ts$/.test(p),
     },
     // OpenTelemetry through Deno's exporter: instruments at the limiter's wrappers and the handler's.
-    { layer: 4, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
+    { layer: 5, group: "telemetry", matches: (p) => p.startsWith("lib/telemetry/") },
     // What the service answers: each path's answers, built when first needed, the per-request
     // choice among them, the cache of prebuilt responses.
-    { layer: 5, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
+    { layer: 6, group: "respond", matches: (p) => p.startsWith("lib/respond/") },
     // The composition, then the wiring.
-    { layer: 6, group: "handler", matches: (p) => p === "lib/handler.ts" },
+    { layer: 7, group: "handler", matches: (p) => p === "lib/handler.ts" },
+    // What every entry does alike, runtime-neutral (Fastify's warnings and hooks, each in one
+    // place): the writer of its lines, its events (the runtime's output given by the entry), its
+    // start-up warnings and failure sentences, the listener's events, the handler as an entry
+    // builds it, the stop. Above the handler, under the entries: the request path never reaches it.
+    { layer: 8, group: "lifecycle", matches: (p) => p.startsWith("lib/lifecycle/") },
     // The process, main.ts's steps: configure, open the store, serve and stop, events, start-up
     // failures as sentences, Deno Deploy's environment.
-    { layer: 7, group: "server", matches: (p) => p.startsWith("lib/server/") },
+    { layer: 9, group: "server", matches: (p) => p.startsWith("lib/server/") },
     // Cloudflare Workers' entry folder: the Worker, its bindings and store, the Durable Object
     // class it exports, its build and local server.
-    { layer: 7, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
+    { layer: 9, group: "workers", matches: (p) => p.startsWith("lib/workers/") },
     // Node's entry folder: its main, the adapter to node:http, the files read from the disk, its
     // events and start-up sentences.
-    { layer: 7, group: "node", matches: (p) => p.startsWith("lib/node/") },
-    { layer: 8, group: "main", matches: (p) => p === "main.ts" },
+    { layer: 9, group: "node", matches: (p) => p.startsWith("lib/node/") },
+    { layer: 10, group: "main", matches: (p) => p === "main.ts" },
     // The tools that run before or beside the service, never in it, each a task's entry: the entry
     // picker of `deno task start`, the pages' and the token ranks' builds, the Worker's build and
     // local server.
-    { layer: 8, group: "build", matches: (p) => p.startsWith("lib/build/") },
+    { layer: 10, group: "build", matches: (p) => p.startsWith("lib/build/") },
   ];
 
 /** The longest a function may be, in lines from its signature to its closing brace: about a screen. */
@@ -209,6 +214,166 @@ function limitViolations(graph: Graph): string[] {
   return violations;
 }
 
+/** The entry folders: one per runtime. */
+const ENTRY_GROUPS = ["server", "workers", "node"];
+
+/**
+ * Entry modules a build step may import, each with why. The Worker's own build steps (`deno task
+ * worker`, `worker:build`) refuse a configuration before they build or serve, by the Worker's rules
+ * (`lib/workers/bindings.ts`, which uses no runtime API), and name its binding: they are that
+ * entry's tools, reading its rules, not another entry's code for their own ends.
+ */
+const BUILD_MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
+  "lib/build/worker_dev.ts": ["lib/workers/bindings.ts"],
+  "lib/build/wrangler_config.ts": ["lib/workers/bindings.ts"],
+};
+
+/**
+ * The imports of `graph` from a build step (`lib/build/`) into an entry folder, but those of
+ * {@linkcode BUILD_MAY_IMPORT}: a build tool reads what every entry reads, never one entry's code
+ * (it once took Node's file reader).
+ */
+function buildImportsOfEntries(graph: Graph): string[] {
+  const found: string[] = [];
+  for (const [module, imports] of graph) {
+    if (layerOf(module)?.group !== "build") continue;
+    for (const target of imports) {
+      const group = layerOf(target)?.group;
+      if (group === undefined || !ENTRY_GROUPS.includes(group)) continue;
+      if (!BUILD_MAY_IMPORT[module]?.includes(target)) found.push(`${module} imports ${target}`);
+    }
+  }
+  return found;
+}
+
+Deno.test("buildImportsOfEntries() names a build step importing an entry's module", () => {
+  const graph: Graph = new Map([
+    ["lib/build/tokens.ts", ["lib/node/files.ts", "lib/pages/content.ts"]],
+    ["lib/build/worker_dev.ts", ["lib/workers/bindings.ts", "lib/workers/worker.ts"]],
+    ["lib/server/serve.ts", ["lib/lifecycle/stop.ts"]],
+  ]);
+  assert.deepEqual(buildImportsOfEntries(graph), [
+    "lib/build/tokens.ts imports lib/node/files.ts",
+    "lib/build/worker_dev.ts imports lib/workers/worker.ts",
+  ]);
+});
+
+/**
+ * The local modules `source` (the file `file`) imports for its code, statically or by `import()`,
+ * relative to the root, read on the syntax tree. Enough for a build step: an entry is a layer below it, and no
+ * lower layer imports an entry, so a build step reaches an entry only by importing it itself.
+ */
+function localImports(source: string, file: string): string[] {
+  const tree = ts.createSourceFile(file, source, ts.ScriptTarget.Latest, true);
+  const found: string[] = [];
+  const visit = (node: ts.Node) => {
+    // A type-only import is erased: it runs nothing of the module it names.
+    const typeOnly = (ts.isImportDeclaration(node) && node.importClause?.isTypeOnly) ||
+      (ts.isExportDeclaration(node) && node.isTypeOnly);
+    const specifier = typeOnly
+      ? undefined
+      : (ts.isImportDeclaration(node) || ts.isExportDeclaration(node))
+      ? node.moduleSpecifier
+      : ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword
+      ? node.arguments[0]
+      : undefined;
+    if (specifier && ts.isStringLiteral(specifier) && specifier.text.startsWith(".")) {
+      found.push(relative(ROOT, join(ROOT, file, "..", specifier.text)));
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(tree);
+  return found;
+}
+
+Deno.test("no build step imports an entry's module", async () => {
+  const steps = (await libFiles()).filter((file) => file.startsWith("lib/build/"));
+  assert.ok(steps.length >= 5, `the build steps (${steps.length})`);
+  const graph: Graph = new Map();
+  for (const step of steps) {
+    graph.set(step, localImports(await Deno.readTextFile(join(ROOT, step)), step));
+  }
+  assert.ok(graph.get("lib/build/tokens.ts")!.includes("lib/pages/content.ts"), "imports are read");
+  assert.deepEqual(buildImportsOfEntries(graph), []);
+});
+
+/**
+ * The configuration's modules (`lib/config/`, one concern each) and those of the folder each may
+ * import. `config.ts`, the composition root, is the one that crosses the concerns; no module of the
+ * folder imports it. Outside the folder, modules import the root, `env.ts` (the variables),
+ * `messages.ts`, `rules.ts` and `removal.ts`' notice; the settings' modules are the folder's own.
+ */
+const CONFIG_MODULES: Readonly<Record<string, readonly string[]>> = {
+  "env.ts": [],
+  "messages.ts": [],
+  "rules.ts": ["messages.ts"],
+  "listen.ts": ["env.ts", "rules.ts"],
+  "product.ts": ["env.ts", "messages.ts", "rules.ts"],
+  "redis_settings.ts": ["env.ts", "messages.ts"],
+  "limit_settings.ts": ["env.ts", "redis_settings.ts"],
+  "callers.ts": ["env.ts"],
+  "removal.ts": ["env.ts"],
+  "config.ts": [
+    "env.ts",
+    "listen.ts",
+    "product.ts",
+    "limit_settings.ts",
+    "callers.ts",
+    "removal.ts",
+    "rules.ts",
+  ],
+};
+
+/** The configuration's settings modules: imported only inside `lib/config/`. */
+const CONFIG_INTERNALS = [
+  "listen.ts",
+  "product.ts",
+  "redis_settings.ts",
+  "limit_settings.ts",
+  "callers.ts",
+];
+
+/** The imports of `graph` that break the configuration's layout: see {@linkcode CONFIG_MODULES}. */
+function configViolations(graph: Graph): string[] {
+  const violations: string[] = [];
+  const inConfig = (path: string) =>
+    path.startsWith("lib/config/") ? path.slice("lib/config/".length) : undefined;
+  for (const [module, imports] of graph) {
+    const from = inConfig(module);
+    for (const target of imports) {
+      const to = inConfig(target);
+      if (to === undefined) continue;
+      if (from === undefined) {
+        if (CONFIG_INTERNALS.includes(to)) {
+          violations.push(`${module} imports ${target}, an internal of lib/config/`);
+        }
+      } else if (from !== to && !CONFIG_MODULES[from]?.includes(to)) {
+        violations.push(`${module} imports ${target}, not among ${from}'s`);
+      }
+    }
+  }
+  return violations;
+}
+
+Deno.test("configViolations() names an internal imported from outside and an import the table does not allow", () => {
+  const graph: Graph = new Map([
+    ["lib/server/configure.ts", ["lib/config/config.ts", "lib/config/product.ts"]],
+    ["lib/config/rules.ts", ["lib/config/config.ts", "lib/config/messages.ts"]],
+  ]);
+  assert.deepEqual(configViolations(graph), [
+    "lib/server/configure.ts imports lib/config/product.ts, an internal of lib/config/",
+    "lib/config/rules.ts imports lib/config/config.ts, not among rules.ts's",
+  ]);
+});
+
+Deno.test("the configuration keeps its layout: one module per concern, only config.ts composes them", async () => {
+  const graph = await moduleGraph();
+  const modules = [...graph.keys()].filter((path) => path.startsWith("lib/config/"))
+    .map((path) => path.slice("lib/config/".length));
+  assert.deepEqual(modules.sort(), Object.keys(CONFIG_MODULES).sort());
+  assert.deepEqual(configViolations(graph), []);
+});
+
 /** Every `.ts` file under `lib/`, relative to the root. */
 async function libFiles(dir = join(ROOT, "lib")): Promise<string[]> {
   const files: string[] = [];
@@ -239,8 +404,8 @@ Deno.test("layerViolations() names an import of a higher layer and one across gr
     ["lib/limit/core/decision.ts", []],
   ]);
   assert.deepEqual(layerViolations(graph), [
-    "lib/http/message.ts (http, layer 0) imports lib/limit/core/decision.ts (limit, layer 1)",
-    "lib/warm_up.ts (service, layer 4) imports lib/telemetry/load.ts (telemetry, layer 4)",
+    "lib/http/message.ts (http, layer 1) imports lib/limit/core/decision.ts (limit, layer 2)",
+    "lib/warm_up.ts (service, layer 5) imports lib/telemetry/load.ts (telemetry, layer 5)",
   ]);
 });
 

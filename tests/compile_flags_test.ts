@@ -11,14 +11,14 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ENV_NAMES } from "../lib/config.ts";
+import { ENV_NAMES } from "../lib/config/env.ts";
 import { startService } from "./_service_process.ts";
 
 const ROOT = join(import.meta.dirname!, "..");
 /** The unit's state folder, the only one the binary may write. */
 const STATE_DIR = "/var/lib/discovery";
 /**
- * Variables read besides lib/config.ts's: main.ts (`DENO_AUTO_SERVE`, `DENO_DEPLOY`),
+ * Variables read besides lib/config/'s: main.ts (`DENO_AUTO_SERVE`, `DENO_DEPLOY`),
  * lib/server/deno_deploy.ts, lib/telemetry/enabled.ts, and npm:@redis/client through `process.env`
  * (an unlisted read throws NotCapable).
  */

@@ -5,7 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { formatConfigErrors, loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
+import { formatConfigErrors } from "../lib/config/messages.ts";
 
 function errorsOf(env: Parameters<typeof recordEnv>[0]): string[] {
   const result = loadConfig(recordEnv(env));

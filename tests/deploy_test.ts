@@ -14,6 +14,9 @@ import { freePort, waitForPort } from "./_redis.ts";
 import { type ServiceProcess, startService } from "./_service_process.ts";
 import { AnswerCounter, getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 import { findTool, toolUnavailableReason } from "./_tools.ts";
+import { STOP_DEADLINE_MS } from "../lib/lifecycle/stop.ts";
+import { exitFlushBoundMs } from "../lib/telemetry/enabled.ts";
+import { EXIT_WATCHDOG_MARGIN_MS } from "../lib/telemetry/otel.ts";
 import {
   DEPLOY,
   get,
@@ -147,6 +150,26 @@ Deno.test("deploy/discovery@.service restarts on failure, allows many descriptor
   assert.match(NGINX_CONF, /proxy_next_upstream error timeout http_502 http_503;/);
   assert.doesNotMatch(NGINX_CONF, /non_idempotent/);
   assert.match(NGINX_CONF, /proxy_next_upstream_tries 2;/);
+});
+
+/**
+ * What a unit's `TimeoutStopSec` must leave beyond the longest exit the service makes itself, so
+ * that systemd's SIGKILL never comes first (and marks the unit failed).
+ */
+const STOP_ROOM_MS = 5_000;
+
+Deno.test("both units give the longest exit the service makes itself (the stop's deadline, then the exit watchdog's default bound) time to end", () => {
+  // The watchdog's bound with OTEL_EXPORTER_OTLP_TIMEOUT unset (Deno's 10 s per export).
+  const longest = STOP_DEADLINE_MS + exitFlushBoundMs(() => undefined) + EXIT_WATCHDOG_MARGIN_MS;
+  assert.equal(longest, 34_500);
+  for (const unit of UNITS) {
+    const [timeout] = serviceSettings(unit.text).get("TimeoutStopSec") ?? [];
+    assert.match(timeout ?? "", /^\d+$/, `${unit.file}: TimeoutStopSec in seconds`);
+    assert.ok(
+      Number(timeout) * 1000 >= longest + STOP_ROOM_MS,
+      `${unit.file}: TimeoutStopSec=${timeout} leaves less than ${STOP_ROOM_MS} ms beyond ${longest} ms`,
+    );
+  }
 });
 
 /** The trickling client's pause between two bytes of its request head. */

@@ -1,7 +1,7 @@
 /**
  * The documentation stays true: every relative link and `#anchor` in every Markdown file resolves
  * (anchors by GitHub's heading slugs, from `github-slugger`), README's configuration table lists
- * exactly the variables `lib/config.ts` reads, every task in deno.json is mentioned in README.md or a
+ * exactly the variables `lib/config/` reads, every task in deno.json is mentioned in README.md or a
  * document it links, README's quick-start `curl` lines answer 200 from a started service, README
  * stays short, README counts and lists the error codes `lib/errors.ts` has, and every section a code
  * comment cites (`(lib/README.md, "Cold start")`) exists.
@@ -12,7 +12,8 @@
 import assert from "node:assert/strict";
 import GithubSlugger from "npm:github-slugger@2.0.0";
 import { marked, type Token, type Tokens } from "marked";
-import { ENV_NAMES, type EnvName, loadConfig } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { ENV_NAMES, type EnvName } from "../lib/config/env.ts";
 import { ERROR_CODES, errorCatalog } from "../lib/errors.ts";
 import { startService } from "./_service_process.ts";
 import { findTool } from "./_tools.ts";
@@ -267,10 +268,13 @@ function variablesConfigReads(): Set<string> {
   return asked;
 }
 
-Deno.test("README's configuration table lists exactly the variables lib/config.ts reads", async () => {
+Deno.test("README's configuration table lists exactly the variables lib/config/ reads", async () => {
   const readme = await Deno.readTextFile(`${ROOT}README.md`);
   const documented = documentedVariables(readme);
-  const source = await Deno.readTextFile(`${ROOT}lib/config.ts`);
+  let source = "";
+  for await (const entry of Deno.readDir(`${ROOT}lib/config`)) {
+    source += await Deno.readTextFile(`${ROOT}lib/config/${entry.name}`);
+  }
   // Anything read past the Env lookup (ENV_NAMES, which denoEnv serves) would be a direct read.
   const direct = [...source.matchAll(/Deno\.env\.get\(\s*"([^"]+)"/g)].map((m) => m[1]!);
   const read = new Set([...variablesConfigReads(), ...ENV_NAMES, ...direct]);
@@ -278,12 +282,12 @@ Deno.test("README's configuration table lists exactly the variables lib/config.t
   assert.deepEqual(
     documented.filter((name) => !read.has(name)),
     [],
-    "listed in README but not read by lib/config.ts",
+    "listed in README but not read by lib/config/",
   );
   assert.deepEqual(
     [...read].filter((name) => !documented.includes(name)),
     [],
-    "read by lib/config.ts but not in README's table",
+    "read by lib/config/ but not in README's table",
   );
 });
 

@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
 import {
   ERROR_CODES,
   errorCatalog,

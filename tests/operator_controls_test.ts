@@ -10,7 +10,8 @@
 
 import assert from "node:assert/strict";
 import type { AccessRecord } from "../lib/access_log.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
 import { createHandler, type Handler } from "../lib/handler.ts";
 import { policyOf, type RateLimitStore } from "../lib/limit/core/decision.ts";
 import { MemoryStore } from "../lib/limit/memory/memory_store.ts";

@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import { createHandler, type Handler } from "../lib/handler.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { linkHeader, pageLinks, renderPage } from "../lib/pages/layout.ts";
 import { MemoryStore } from "../lib/limit/memory/memory_store.ts";

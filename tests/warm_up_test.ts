@@ -9,7 +9,8 @@
 import assert from "node:assert/strict";
 import { buildRepresentation, type Representation } from "../lib/http/representation.ts";
 import { warmUp } from "../lib/warm_up.ts";
-import { loadConfig, recordEnv } from "../lib/config.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
 import { negotiatorLoaded } from "../lib/http/negotiate.ts";
 import { loadContent } from "../lib/pages/content.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";

@@ -2,25 +2,26 @@
  * The build step of the token counts (`deno task build:tokens`, run by `deno task build` and
  * `deno task compile` before they bundle): packs `gpt-tokenizer`'s `o200k_base` ranks
  * (`ranks.ts`) with its split pattern and the counts of the chunks of the default Markdown bodies
- * (`o200kKnown()`), and writes them: indexed, to `o200k_ranks.bin` in `lib/server/` and in
- * `dist/app/`, beside the bundle, which Deno reads (`lib/server/token_ranks.ts`); packed, as the
- * module `dist/tokens/o200k_ranks.js` (`module.ts`), which `lib/pages/tokens.ts` imports with a
- * literal specifier, so that any bundler (a Worker's) carries it. Generated, never committed
- * (`.gitignore`): they are the package's data and `static/` in another form, and the lock pins the
- * package.
+ * (`o200kKnown()`), and writes them to `dist/tokens/`: indexed, as `o200k_ranks.bin`, which both
+ * entries read (Deno's `lib/server/token_ranks.ts`, Node's `lib/node/files.ts`, from the sources and
+ * from the bundle alike: each finds it two folders up); packed, as the module `o200k_ranks.js`
+ * (`module.ts`), which `lib/pages/tokens.ts` imports with a literal specifier, so that any bundler
+ * (a Worker's) carries it. Generated, never committed (`dist/` is ignored): they are the package's
+ * data and `static/` in another form, and the lock pins the package.
  *
- * It names no Deno API: Node runs it as well (`node lib/build/tokens.ts`, run by `npm ci`), so that a
- * machine with only Node has the file too (without it, counting packs `gpt-tokenizer`'s ranks in
- * memory: about 50 MiB more resident, tests/bench/README.md, "Node").
+ * It names no Deno API and imports no entry: Node runs it as well (`node lib/build/tokens.ts`, run by
+ * `npm ci`), so that a machine with only Node has the file too (without it, counting packs
+ * `gpt-tokenizer`'s ranks in memory: about 50 MiB more resident, tests/bench/README.md, "Node").
  *
  * @module
  */
 
 import bpe from "gpt-tokenizer/bpeRanks/o200k_base";
 import { O200K_TOKEN_SPLIT_REGEX } from "gpt-tokenizer/encodingParams/constants";
-import { loadConfig, recordEnv } from "../config.ts";
+import { loadConfig } from "../config/config.ts";
+import { recordEnv } from "../config/env.ts";
 import { errorCatalog, errorMarkdown } from "../errors.ts";
-import { loadContent } from "../pages/content.ts";
+import { loadContent, STATIC_DIR, type StaticFiles } from "../pages/content.ts";
 import { PAGES } from "../pages/site_pages.ts";
 import { chunkCount } from "../pages/tokens/bpe.ts";
 import { splitter } from "../pages/tokens/split.ts";
@@ -32,21 +33,25 @@ import {
   rankTable,
 } from "../pages/tokens/ranks.ts";
 import { ranksModule } from "../pages/tokens/module.ts";
-import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import process from "node:process";
-// Read through node:fs, so that Node runs this step too (`npm ci`'s postinstall, package.json).
-import { NODE_STATIC_FILES } from "../node/files.ts";
 
 /** Where the module is written (`lib/pages/tokens.ts` imports it; any bundler carries it). */
 const MODULE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
 /**
- * Where the indexed form is written: beside `lib/server/token_ranks.ts`, which reads it from its
- * own folder, for the sources (and the compiled binary, which embeds it) and in `dist/app/` for the bundle.
+ * Where the indexed form is written: beside the module, where Deno's and Node's readers find it
+ * (and the compiled binary, which embeds it: `deno task compile`'s `--include`).
  */
-const FILE_OUTPUTS: readonly URL[] = [
-  new URL("../server/o200k_ranks.bin", import.meta.url),
-  new URL("../../dist/app/o200k_ranks.bin", import.meta.url),
-];
+const FILE_OUTPUT = new URL("../../dist/tokens/o200k_ranks.bin", import.meta.url);
+
+/**
+ * `static/` as this step reads it: through `node:fs`, so that Node runs the step too (`npm ci`'s
+ * postinstall, package.json). No ranks: this step makes them.
+ */
+const BUILD_STATIC_FILES: StaticFiles = {
+  dir: STATIC_DIR,
+  read: (path) => readFileSync(path, "utf8"),
+};
 
 /**
  * The packed form of the installed `gpt-tokenizer`'s `o200k_base` ranks.
@@ -67,7 +72,7 @@ export function o200kPacked(): Uint8Array {
 export function defaultMarkdownBodies(): string[] {
   const loaded = loadConfig(recordEnv({}));
   if (!loaded.ok) throw new Error(`the default configuration does not load: ${loaded.errors}`);
-  const content = loadContent(loaded.config, NODE_STATIC_FILES);
+  const content = loadContent(loaded.config, BUILD_STATIC_FILES);
   if (!content.ok) throw new Error(`static/ does not load: ${content.errors.join("; ")}`);
   const { platformMarkdown, llms } = content.content;
   return [
@@ -132,9 +137,5 @@ if (import.meta.main) {
   const known = o200kKnown(packed);
   mkdirSync(new URL(".", MODULE_OUTPUT), { recursive: true });
   writeAtomically(MODULE_OUTPUT, new TextEncoder().encode(o200kModule(packed, known)));
-  const file = o200kFile(packed, known);
-  for (const output of FILE_OUTPUTS) {
-    mkdirSync(new URL(".", output), { recursive: true });
-    writeAtomically(output, file);
-  }
+  writeAtomically(FILE_OUTPUT, o200kFile(packed, known));
 }

@@ -9,7 +9,7 @@
  * process, with a storage folder of their own. `wrangler.json` stays the one description of the
  * Worker: its compatibility date, its Durable Object bindings and its vars are read from it here.
  * Bindings: the vars of `wrangler.json` (JSON values as wrangler passes them: `"RATE_LIMIT": 5` is a
- * number), then the service's variables (`lib/config.ts`) set in this process's environment, so
+ * number), then the service's variables (`lib/config/env.ts`) set in this process's environment, so
  * `RATE_LIMIT=5 deno task worker` works as with `deno task start`. `PUBLIC_BASE_URL`, which the
  * Worker requires, defaults here to `http://127.0.0.1:$PORT`: this task is the deployment, and it
  * knows its address; a request never sets it. Those bindings are checked as an isolate checks them
@@ -29,7 +29,7 @@
 // deno-lint-ignore-file no-console -- a development server's lines
 
 import { Miniflare } from "npm:miniflare@4.20260730.0";
-import { ENV_NAMES } from "../config.ts";
+import { ENV_NAMES } from "../config/env.ts";
 import { RATE_LIMITER_BINDING } from "../workers/bindings.ts";
 import type { ObjectUsage } from "../workers/rate_limiter_object.ts";
 import { buildWorker, WORKER_DIR, WORKER_MODULE } from "./worker.ts";

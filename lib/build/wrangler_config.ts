@@ -10,7 +10,7 @@
  * @module
  */
 
-import { formatConfigErrors } from "../config.ts";
+import { formatConfigErrors } from "../config/messages.ts";
 import { type Bindings, workerConfig } from "../workers/bindings.ts";
 
 /** A var as `wrangler.json` may give it: text, or a JSON number or boolean (objects are refused). */
@@ -79,7 +79,7 @@ export function checkDeployment(
   }
   const result = workerConfig(bindings as Bindings);
   return result.ok
-    ? { errors: [], warnings: result.warnings }
+    ? { errors: [], warnings: result.warnings.map((warning) => warning.message) }
     : { errors: result.errors, warnings: [] };
 }
 

@@ -14,7 +14,7 @@
  */
 
 import type { Encoding } from "./negotiate.ts";
-import { toBase64 } from "./base64.ts";
+import { toBase64 } from "../text/base64.ts";
 
 let compressionOn = false;
 
@@ -192,7 +192,7 @@ function variantBuilder(
 async function digest(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
   const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
   // Natively where the runtime can (not btoa: Deno loads it, with atob, on first use, which the
-  // first response would wait for); Node 24 has no `toBase64` (lib/http/base64.ts).
+  // first response would wait for); Node 24 has no `toBase64` (lib/text/base64.ts).
   return toBase64(hash, true);
 }
 

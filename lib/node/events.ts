@@ -1,67 +1,77 @@
 /**
- * The process's operational events on Node: JSON lines on stderr (stdout carries the access log),
- * as Deno's entry writes them (`lib/server/events.ts`), and the exits of a failed start (one
- * sentence, exit 1).
+ * Node's output: the writers of stdout (the access log) and stderr (operational events), which never
+ * block (`lib/lifecycle/line_writer.ts`), and the event output `main.ts` installs
+ * (`lib/lifecycle/events.ts`).
  *
- * Written with `fs.writeSync` on the descriptors, not `process.stderr`: Node makes a pipe's writes
- * asynchronous once that stream is opened, and `process.exit` would drop what is pending.
+ * The lines go through `process.stdout` and `process.stderr`: on a pipe, libuv's non-blocking
+ * stream, which queues what the pipe cannot take yet and never stops the event loop (`fs.writeSync`
+ * on the descriptor would: it blocks on a blocking pipe, and fails with `EAGAIN` on the non-blocking
+ * one Node makes of it; measured: tests/bench/README.md, "Logs that cannot be written"). A file is
+ * written synchronously by Node, a terminal too; neither fills.
  *
  * @module
  */
 
-import { writeSync } from "node:fs";
 import process from "node:process";
-import { formatConfigErrors, redactSecrets } from "../config.ts";
-import { namedMessageOf } from "../text/error_message.ts";
-
-const ENCODER = new TextEncoder();
-
-/** Descriptors of the standard streams. */
-export const STDOUT = 1;
-const STDERR = 2;
+import { droppedLinesEvent, type EventOutput, useEventOutput } from "../lifecycle/events.ts";
+import { createLineWriter, type LineSink, type LineWriter } from "../lifecycle/line_writer.ts";
 
 /**
- * Writes all of `bytes` on descriptor `fd`, waiting a moment when it is a non-blocking pipe that is
- * full (`EAGAIN`), so that no line is cut or lost.
+ * How long a failed start waits for stderr to take its sentence (and the events before it): a
+ * reader that reads takes it in a moment; one that does not must not hold the exit.
  */
-export function writeAllSync(fd: number, bytes: Uint8Array): void {
-  let offset = 0;
-  while (offset < bytes.length) {
-    try {
-      offset += writeSync(fd, bytes, offset, bytes.length - offset);
-    } catch (error) {
-      if ((error as { code?: string }).code !== "EAGAIN") throw error;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
-    }
-  }
-}
+const FATAL_SETTLE_MS = 1000;
 
-/** One operational event as a JSON line on stderr. */
-export function event(
-  level: "info" | "warn" | "error",
-  message: string,
-  fields: Record<string, unknown> = {},
-): void {
-  const line = JSON.stringify({ time: new Date().toISOString(), level, message, ...fields });
-  writeAllSync(STDERR, ENCODER.encode(`${line}\n`));
-}
+/** The standard streams a sink writes to. */
+type StreamOf = () => NodeJS.WriteStream;
 
-/** An error's fields in an event: name, message and stack, secrets redacted. */
-export function errorFields(error: unknown): Record<string, unknown> {
+/**
+ * A sink over one of Node's standard streams, opened at its first line (opening `process.stdout`
+ * makes its pipe non-blocking, and no line may need it).
+ */
+function sinkOf(streamOf: StreamOf): LineSink {
+  let stream: NodeJS.WriteStream | undefined;
   return {
-    error: redactSecrets(namedMessageOf(error)),
-    stack: error instanceof Error && error.stack ? redactSecrets(error.stack) : undefined,
+    write(text) {
+      if (stream === undefined) {
+        stream = streamOf();
+        // A write's error (a pipe its reader closed: EPIPE) is the write's: it rejects below. Not
+        // listened for, Node would throw it as the stream's unhandled `error` event.
+        stream.on("error", () => {});
+      }
+      const to = stream;
+      return new Promise((resolve, reject) =>
+        to.write(text, (error) => error ? reject(error) : resolve())
+      );
+    },
   };
 }
 
-/** Prints the configuration's problems, one sentence each, and exits 1. */
-export function fatal(errors: readonly string[]): never {
-  writeAllSync(STDERR, ENCODER.encode(`${formatConfigErrors(errors)}\n`));
-  process.exit(1);
-}
+/** The access log's writer (stdout). */
+export const STDOUT_LINES: LineWriter = createLineWriter(sinkOf(() => process.stdout), {
+  stream: "stdout",
+  onDropped: droppedLinesEvent,
+});
 
-/** Prints one sentence (secrets redacted: it may quote REDIS_URL whole) and exits 1. */
-export function fatalSentence(sentence: string): never {
-  writeAllSync(STDERR, ENCODER.encode(`${redactSecrets(sentence)}\n`));
-  process.exit(1);
+/** The operational events' writer (stderr). */
+export const STDERR_LINES: LineWriter = createLineWriter(sinkOf(() => process.stderr), {
+  stream: "stderr",
+  onDropped: droppedLinesEvent,
+});
+
+/** Node's event output: a JSON line on stderr. */
+export const NODE_EVENTS: EventOutput = {
+  event(_level, line) {
+    STDERR_LINES.write(line);
+  },
+  async fatal(text) {
+    STDERR_LINES.write(`${text}\n`);
+    await STDERR_LINES.settle(FATAL_SETTLE_MS);
+    process.exit(1);
+  },
+};
+
+/** Makes Node's output the process's (`main.ts`, first thing). */
+export function useNodeEvents(): void {
+  useEventOutput(NODE_EVENTS);
 }

@@ -1,8 +1,8 @@
 /**
  * The static files and token ranks as Node reads them from the disk, as Deno's entry does
  * (`lib/server/static_files.ts`, `token_ranks.ts`): `static/` beside the code, and the indexed ranks
- * `deno task build:tokens` writes to `lib/server/o200k_ranks.bin`, of which only what a lookup
- * touches is read. Where that file was never built (a machine with only Node), the counter packs the
+ * `deno task build:tokens` (or `npm ci`) writes to `dist/tokens/o200k_ranks.bin`, of which only what
+ * a lookup touches is read. Where that file was never built (a machine with only Node), the counter packs the
  * ranks of `gpt-tokenizer` itself (`lib/pages/tokens.ts`).
  *
  * @module
@@ -12,7 +12,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync } fr
 import { fileURLToPath } from "node:url";
 import { STATIC_DIR, type StaticFiles, UnreadableFolderError } from "../pages/content.ts";
 import type { FormReader } from "../pages/tokens/ranks.ts";
-import { codeOf } from "./startup.ts";
+import { errorCodeOf } from "../text/error_message.ts";
 
 /**
  * Reads a file's text from the disk; a read the file system denied (or Node's permission model did
@@ -29,7 +29,7 @@ export function readStaticFile(path: string): string {
   try {
     return readFileSync(path, "utf8");
   } catch (error) {
-    const code = codeOf(error);
+    const code = errorCodeOf(error);
     if (code === "ERR_ACCESS_DENIED") {
       throw new UnreadableFolderError("not-granted", { cause: error });
     }
@@ -40,8 +40,8 @@ export function readStaticFile(path: string): string {
   }
 }
 
-/** The indexed ranks the build writes beside Deno's reader of them (`lib/server/token_ranks.ts`). */
-const RANKS_FILE = new URL("../server/o200k_ranks.bin", import.meta.url);
+/** The indexed ranks the build writes, which Deno's entry reads too (`lib/server/token_ranks.ts`). */
+const RANKS_FILE = new URL("../../dist/tokens/o200k_ranks.bin", import.meta.url);
 /** The build's module of the ranks (`lib/pages/tokens.ts` imports it when this says it may). */
 const RANKS_MODULE = new URL("../../dist/tokens/o200k_ranks.js", import.meta.url);
 

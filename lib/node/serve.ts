@@ -30,8 +30,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Handler } from "../handler.ts";
+import { createAcceptIncidents, type ListenerEvent } from "../lifecycle/listener_events.ts";
 import type { Refuse } from "../respond/refusal.ts";
-import { messageOf } from "../text/error_message.ts";
 import { type ClientErrorOptions, createClientErrorListener } from "./http1/client_error.ts";
 import { createConnectListener } from "./http1/connect.ts";
 import { countResponse } from "./http1/in_flight.ts";
@@ -47,9 +47,6 @@ import { VersionedResponse } from "./http1/response_version.ts";
  * and never one it has just sent a request on.
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
-
-/** How long a new accept must last before an accept incident is reported over, in ms. */
-const RECOVERED_AFTER_MS = 1000;
 
 /**
  * How long a request's head may take to arrive, in ms: as long as the recipe's nginx gives a client
@@ -70,12 +67,6 @@ const TIMEOUT_CHECK_MS = 1000;
 /** The largest request head read, in bytes: Deno's (libs/http_h1/conn.rs, `MAX_HEAD_BYTES`). */
 export const MAX_HEAD_BYTES = 64 * 1024;
 
-/** An event of a {@linkcode NodeServer}, for the operational log (as `lib/server/listener.ts`'s). */
-export type NodeServeEvent =
-  | { kind: "listening"; address: string }
-  | { kind: "accept_failed"; error: string }
-  | { kind: "recovered"; downMs: number };
-
 /** Options of {@linkcode serveNode}. */
 export interface NodeServeOptions {
   /** Interface to listen on. */
@@ -85,7 +76,7 @@ export interface NodeServeOptions {
   /** Lets another process listen on the same TCP port (`SO_REUSEPORT`, Linux). */
   reusePort?: boolean;
   /** Receives `listening`, then one `accept_failed` and one `recovered` per incident. */
-  onEvent?: (event: NodeServeEvent) => void;
+  onEvent?: (event: ListenerEvent) => void;
   /** Receives an error the handler threw or a response that could not be sent. */
   onError?: (error: unknown) => void;
 }
@@ -222,30 +213,15 @@ function listen(server: Server, options: NodeServeOptions): Promise<void> {
 }
 
 /**
- * Reports accept failures: Node emits them as the server's `error` event and keeps listening (libuv
- * accepts and closes the waiting connections while no descriptor is free); one event per incident,
- * and one when connections have been accepted again for a second.
+ * Reports accept failures (`lib/lifecycle/listener_events.ts`): Node emits them as the server's
+ * `error` event and keeps listening (libuv accepts and closes the waiting connections while no
+ * descriptor is free); an incident is over once connections have been accepted again for a while.
  */
-function watchAccepts(server: Server, emit: (event: NodeServeEvent) => void): void {
-  let since: number | undefined;
-  let recovery: ReturnType<typeof setTimeout> | undefined;
-  server.on("error", (error) => {
-    clearTimeout(recovery);
-    recovery = undefined;
-    if (since !== undefined) return;
-    since = Date.now();
-    emit({ kind: "accept_failed", error: messageOf(error) });
-  });
-  server.on("connection", () => {
-    if (since === undefined || recovery !== undefined) return;
-    recovery = setTimeout(() => {
-      if (since === undefined) return;
-      emit({ kind: "recovered", downMs: Date.now() - since });
-      since = undefined;
-      recovery = undefined;
-    }, RECOVERED_AFTER_MS);
-    recovery.unref();
-  });
+function watchAccepts(server: Server, emit: (event: ListenerEvent) => void): void {
+  const incidents = createAcceptIncidents(emit);
+  server.on("error", (error) => incidents.failed(error));
+  server.on("connection", () => incidents.accepting());
+  server.on("close", () => incidents.cancel());
 }
 
 /**

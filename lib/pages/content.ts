@@ -20,7 +20,7 @@
  */
 
 import { apiReferenceMarkdown, shellWord } from "./api_reference.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { escapeMarkdownText, markdownToPlainText, unescapeMarkdown } from "./escape.ts";
 import { once } from "../once.ts";
 import { messageOf } from "../text/error_message.ts";
@@ -191,7 +191,7 @@ export function fill(
 
 /**
  * The placeholders whose values start-up validates to carry no Markdown meaning (links, addresses,
- * numbers: lib/config.ts), so they are filled as they are, links staying links (the `fill` of a
+ * numbers: lib/config/), so they are filled as they are, links staying links (the `fill` of a
  * JSON text and `fillMarkdown` in the portal escape it apart, in a JSON or shell block). Every other value
  * is text, escaped for where it lands ({@linkcode fillMarkdown}).
  */

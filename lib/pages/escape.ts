@@ -6,7 +6,7 @@
  *
  * A configuration value is text, never markup: `PRODUCT_NAME=[x](javascript:alert(2))` must read
  * as those characters wherever it is shown, and give no link, heading, image or list to a browser
- * or to an agent reading the Markdown (lib/config.ts refuses new lines and control characters, so
+ * or to an agent reading the Markdown (lib/config/ refuses new lines and control characters, so
  * a value is one line of text).
  *
  * @module

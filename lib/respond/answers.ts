@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { Decision } from "../limit/core/decision.ts";
 import {
   errorCatalog,
@@ -242,7 +242,8 @@ const ENCODER = new TextEncoder();
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * const loaded = loadConfig(recordEnv({}));
  * assert(loaded.ok);
  * const site = { name: "Discovery", baseUrl: "http://localhost:8000", supportUrl: "mailto:api@example.com" };
@@ -445,7 +446,8 @@ export function variantResponse(
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * import { buildAnswers } from "./paths.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { errorCatalog, errorMarkdown } from "../errors.ts";
 import { once } from "../once.ts";
 import type { HeaderField } from "../http/message.ts";
@@ -75,7 +75,8 @@ export function discoveryFields(config: Config): HeaderField[] {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * import { DISK_STATIC_FILES } from "../server/static_files.ts";
  * import { loadContent } from "../pages/content.ts";
  * const loaded = loadConfig(recordEnv({}));

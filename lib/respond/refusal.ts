@@ -75,7 +75,8 @@ const UNREAD = "-";
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * import { createCallerKey } from "../limit/caller/caller_key.ts";
  * import { policyOf, rateLimitConstants, undecided } from "../limit/core/decision.ts";
  * import { MemoryStore } from "../limit/memory/memory_store.ts";

@@ -1,14 +1,15 @@
 /**
  * The configuration and content the process starts with: Deno Deploy's environment when there, the
- * validated configuration, the loaded content; or one sentence per problem and exit 1.
+ * validated configuration, the loaded content; or one sentence per problem and exit 1. (Its
+ * warnings are said once it listens: `lib/lifecycle/warnings.ts`.)
  *
  * @module
  */
 
-import { type Config, loadConfig, MIN_DEPRECATION_NOTICE_DAYS } from "../config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
 import { type Content, loadContent } from "../pages/content.ts";
-import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
-import { event, fatal, fatalExplained } from "./events.ts";
+import { event, fatal } from "../lifecycle/events.ts";
+import { fatalExplained } from "./events.ts";
 import { DISK_STATIC_FILES } from "./static_files.ts";
 import { prepareBuiltRanks } from "./token_ranks.ts";
 
@@ -40,7 +41,7 @@ export async function configure(
       .catch((error) => fatalExplained((startup) => startup.explainStartupError(error)));
   const loaded = loadConfig(platform.env);
   if (!loaded.ok || platform.errors.length > 0) {
-    fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
+    return fatal([...platform.errors, ...(loaded.ok ? [] : loaded.errors)]);
   }
   const config = loaded.config;
   if (platform.derivedBaseUrl !== undefined) {
@@ -49,37 +50,6 @@ export async function configure(
     });
   }
   const content = loadContent(config, DISK_STATIC_FILES);
-  if (!content.ok) fatal(content.errors);
-  warnOfSunset(config);
-  warnOfReportMode(config);
+  if (!content.ok) return fatal(content.errors);
   return { config, content: content.content, onDeploy };
-}
-
-/**
- * Under `RATE_LIMIT_MODE=report` nothing is enforced: said on every start, so that a rollout left
- * in report mode is seen in the logs (lib/limit/README.md, "Operator controls").
- */
-function warnOfReportMode(config: Config): void {
-  if (config.rateLimitMode !== "report") return;
-  event("warn", REPORT_MODE_WARNING, {
-    limit: config.rateLimit,
-    window: config.rateLimitWindowSeconds,
-  });
-}
-
-/**
- * The spec asks for the announcement at least 90 days before removal. Start-up checks the two
- * dates; whether the headers really went out that early depends on when this was first deployed.
- */
-function warnOfSunset(config: Config): void {
-  if (
-    config.sunset &&
-    config.sunset.getTime() - Date.now() < MIN_DEPRECATION_NOTICE_DAYS * 86_400_000
-  ) {
-    event(
-      "warn",
-      "SUNSET_DATE is less than 90 days away: the removal must have been announced (Deprecation and Sunset sent) since at least 90 days before it",
-      { sunset: config.sunset.toISOString() },
-    );
-  }
 }

@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { Env, EnvName } from "../config.ts";
+import type { Env, EnvName } from "../config/env.ts";
 
 /** A look-up of any environment variable by name, such as `Deno.env.get`. */
 export type RawEnv = (name: string) => string | undefined;

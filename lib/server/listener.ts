@@ -1,12 +1,13 @@
 /**
  * Listening for `main.ts --listen` (`deno task start`, the compiled binary): a listener that survives
  * running out of file descriptors, and a drain that tells keep-alive clients to close before the
- * process stops.
+ * process stops (the stop itself: `lib/lifecycle/stop.ts`).
  *
  * `Deno.serve` accepts connections in the runtime; when `accept` fails (EMFILE, "Too many open files"),
  * its `finished` promise rejects and its listener is gone, while the connections it already accepted
  * keep being served. {@linkcode serveResilient} then starts a new `Deno.serve` on the same address,
- * retrying with a growing delay until descriptors are free again, and reports one incident.
+ * retrying with a growing delay until descriptors are free again, and reports one incident
+ * (`lib/lifecycle/listener_events.ts`).
  *
  * On shutdown, hyper closes idle keep-alive connections at once, so a client that sends its next
  * request at that moment gets no answer. {@linkcode createDrain} marks the service as closing: every
@@ -17,21 +18,12 @@
  * @module
  */
 
-import { messageOf } from "../text/error_message.ts";
+import { createAcceptIncidents, type ListenerEvent } from "../lifecycle/listener_events.ts";
 
 /** The first delay before listening again after accepting failed, in ms. */
 const RELISTEN_FIRST_DELAY_MS = 100;
 /** The longest delay between two attempts to listen again, in ms. */
 const RELISTEN_MAX_DELAY_MS = 1000;
-/** How long a new listener must keep accepting before the incident is reported over, in ms. */
-const RECOVERED_AFTER_MS = 1000;
-/** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
-export const DRAIN_MS = 1000;
-/**
- * The longest a shutdown may take before the process exits anyway, in ms: Deno Deploy kills an
- * instance 5 s after its SIGINT, and nothing the service serves takes longer than a store timeout.
- */
-export const STOP_DEADLINE_MS = 4000;
 
 /** What {@linkcode createDrain} returns: a handler wrapper and the switch that starts closing. */
 export interface Drain {
@@ -103,12 +95,6 @@ export function addressOf(addr: Deno.Addr): string {
   return `http://${host}:${addr.port}/`;
 }
 
-/** An event of a {@linkcode ResilientServer}, for the operational log. */
-export type ServeEvent =
-  | { kind: "listening"; addr: Deno.Addr }
-  | { kind: "accept_failed"; error: string }
-  | { kind: "recovered"; downMs: number; attempts: number };
-
 /** Options of {@linkcode serveResilient}. */
 export interface ResilientServeOptions {
   /** Interface to listen on. */
@@ -121,7 +107,7 @@ export interface ResilientServeOptions {
    */
   reusePort?: boolean;
   /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
-  onEvent?: (event: ServeEvent) => void;
+  onEvent?: (event: ListenerEvent) => void;
 }
 
 /** A server started by {@linkcode serveResilient}. */
@@ -178,7 +164,7 @@ export function serveResilient(
 ): ResilientServer {
   const servers = new Set<Deno.HttpServer<Deno.Addr>>();
   const emit = options.onEvent ?? (() => {});
-  const incidents = createIncidents(emit);
+  const incidents = createAcceptIncidents(emit);
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
 
@@ -194,8 +180,7 @@ export function serveResilient(
 
   const failed = (error: unknown) => {
     // The listener is gone; the connections it accepted are still served and kept for shutdown.
-    incidents.cancelRecovery();
-    if (stopped) return;
+    if (stopped) return incidents.cancel();
     incidents.failed(error);
     schedule(RELISTEN_FIRST_DELAY_MS);
   };
@@ -212,13 +197,13 @@ export function serveResilient(
         schedule(Math.min(delayMs * 2, RELISTEN_MAX_DELAY_MS));
         return;
       }
-      incidents.listening();
+      incidents.accepting();
     }, delayMs);
   };
 
   const first = listen({ hostname: options.hostname, port: options.port });
   const addr = first.addr;
-  emit({ kind: "listening", addr });
+  emit({ kind: "listening", address: addressOf(addr) });
   const { promise: finished, resolve: done } = Promise.withResolvers<void>();
 
   return {
@@ -227,53 +212,11 @@ export function serveResilient(
     async shutdown() {
       stopped = true;
       clearTimeout(retry);
-      incidents.cancelRecovery();
+      incidents.cancel();
       await Promise.all(
         [...servers].map((server) => server.shutdown().catch(() => {/* already failed */})),
       );
       done();
-    },
-  };
-}
-
-/**
- * The incidents of a listener: one begins at the first failure (reported once, however many
- * re-listens it takes) and ends, reported with its duration and attempts, once a new listener has
- * lasted {@linkcode RECOVERED_AFTER_MS}.
- */
-function createIncidents(emit: (event: ServeEvent) => void): {
-  failed(error: unknown): void;
-  attempt(): void;
-  listening(): void;
-  cancelRecovery(): void;
-} {
-  let incident: { since: number; attempts: number } | undefined;
-  let recovery: ReturnType<typeof setTimeout> | undefined;
-  return {
-    failed(error) {
-      if (incident !== undefined) return;
-      incident = { since: Date.now(), attempts: 0 };
-      emit({
-        kind: "accept_failed",
-        error: messageOf(error),
-      });
-    },
-    attempt() {
-      incident!.attempts++;
-    },
-    listening() {
-      recovery = setTimeout(() => {
-        if (incident === undefined) return;
-        emit({
-          kind: "recovered",
-          downMs: Date.now() - incident.since,
-          attempts: incident.attempts,
-        });
-        incident = undefined;
-      }, RECOVERED_AFTER_MS);
-    },
-    cancelRecovery() {
-      clearTimeout(recovery);
     },
   };
 }

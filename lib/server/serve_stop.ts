@@ -11,11 +11,24 @@
  * to the process again once it has (`node:process`'s `kill` of its own pid: no `--allow-run`), and
  * its runtime then stops it gracefully like the others.
  *
+ * A worker whose main.ts begins later still than that (the channel closes
+ * {@linkcode STOP_LINGER_MS} after a stop, since an open channel keeps a worker's event loop, and so
+ * the process, alive) finds the stop in the process's environment: the first worker to stop sets
+ * {@linkcode STOP_MARKER} (the environment is the process's, shared by its threads), and a worker
+ * that joins the relay later reads it. Without `--allow-env` for it, the channel's second is the
+ * bound.
+ *
  * @module
  */
 
 /** The channel the workers of one `deno serve --parallel` process tell each other of a stop on. */
 const STOP_CHANNEL = "discovery:serve-stop";
+
+/**
+ * The environment variable a stopping worker sets to the signal, for the workers that join the
+ * relay once the channel is closed. Named apart from the configuration's (`ENV_NAMES`).
+ */
+export const STOP_MARKER = "DISCOVERY_SERVE_STOPPING";
 
 /**
  * How long a stopping worker keeps answering the workers that start after its signal, in ms (an
@@ -33,6 +46,8 @@ export interface RelayOptions {
   raise?: (signal: Deno.Signal) => void;
   /** Whether to listen for the process's signals (default true; examples feed `signalled`). */
   listen?: boolean;
+  /** Whether to set and read {@linkcode STOP_MARKER} (default true; examples keep it apart). */
+  marker?: boolean;
 }
 
 /** One worker's part of the relay. */
@@ -55,7 +70,7 @@ type Message = { kind: "hello" } | { kind: "stop"; signal: Deno.Signal };
  * import assert from "node:assert/strict";
  * const channel = `example-${crypto.randomUUID()}`;
  * const raised: string[] = [];
- * const options = { channel, lingerMs: 50, listen: false };
+ * const options = { channel, lingerMs: 50, listen: false, marker: false };
  * const serving = relayServeStop({ ...options, raise: (s) => raised.push(`serving ${s}`) });
  * serving.ready();
  * const starting = relayServeStop({ ...options, raise: (s) => raised.push(`starting ${s}`) });
@@ -93,9 +108,11 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     };
     return channel;
   };
+  const marker = options.marker ?? true;
   const stop = (signal: Deno.Signal, told: boolean) => {
     if (stopping !== undefined) return;
     stopping = signal;
+    if (marker) markStop(signal);
     open().postMessage({ kind: "stop", signal });
     setTimeout(close, lingerMs);
     // Told by another worker: this one's runtime did not see it. Signalled before `ready`: it
@@ -104,6 +121,9 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     else if (!ready) missed = signal;
   };
   open().postMessage({ kind: "hello" });
+  // A stop made before this worker joined, the channel closed since.
+  const marked = marker ? markedStop() : undefined;
+  if (marked !== undefined) stop(marked, true);
   if (options.listen ?? true) listenForStop((signal) => stop(signal, false));
   return {
     ready() {
@@ -118,6 +138,50 @@ export function relayServeStop(options: RelayOptions = {}): StopRelay {
     },
     signalled: (signal) => stop(signal, false),
   };
+}
+
+/**
+ * The relay main.ts joins: under `deno serve`, where a stop signal that comes while this worker
+ * starts must not be lost. Not with `--listen`, which stops the process itself
+ * (`lib/lifecycle/stop.ts`), nor on Deno Deploy, which stops through that same path and whose
+ * `BroadcastChannel` reaches the app's other isolates; nor in a module that is not the main one.
+ */
+export function relayWhenServed(main: boolean): StopRelay | undefined {
+  if (!main || Deno.args.includes("--listen") || onDenoDeploy()) return undefined;
+  return relayServeStop();
+}
+
+/** Whether this is Deno Deploy, read before the configuration (false where env cannot be read). */
+function onDenoDeploy(): boolean {
+  try {
+    return Deno.env.get("DENO_DEPLOY") === "true";
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Whether this process may read and set {@linkcode STOP_MARKER} without asking (asking would
+ * prompt on a terminal).
+ */
+function mayMark(): boolean {
+  try {
+    return Deno.permissions.querySync({ name: "env", variable: STOP_MARKER }).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/** Sets {@linkcode STOP_MARKER} to `signal`, where the process may. */
+function markStop(signal: Deno.Signal): void {
+  // Without --allow-env for it, the channel alone tells the workers that start within its linger.
+  if (mayMark()) Deno.env.set(STOP_MARKER, signal);
+}
+
+/** The signal of a stop {@linkcode STOP_MARKER} holds, if any. */
+function markedStop(): Deno.Signal | undefined {
+  const signal = mayMark() ? Deno.env.get(STOP_MARKER) : undefined;
+  return signal === "SIGTERM" || signal === "SIGINT" ? signal : undefined;
 }
 
 /**

@@ -1,57 +1,13 @@
 /**
- * Start-up failures as one sentence each: what could not be done, the variable or permission
- * involved, and the fix. `main.ts` prints the sentence and exits 1, so an operator never reads a
- * stack trace for a problem of configuration or deployment.
+ * Deno's own start-up failures as one sentence each (the others, every entry's:
+ * `lib/lifecycle/startup_errors.ts`): a Deno KV database that cannot be opened, with the variable
+ * or permission involved and the fix. `main.ts` says the sentence and exits 1, so an operator
+ * never reads a stack trace for a problem of configuration or deployment.
  *
  * @module
  */
 
-import { messageOf, namedMessageOf } from "../text/error_message.ts";
-
-/** Where the service was asked to listen. */
-export interface ListenTarget {
-  /** `HOSTNAME`. */
-  hostname: string;
-  /** `PORT`. */
-  port: number;
-}
-
-/**
- * Explains why listening on `target` failed.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const sentence = explainListenError(new Deno.errors.AddrInUse("Address in use"), {
- *   hostname: "0.0.0.0",
- *   port: 8000,
- * });
- * assert.match(sentence, /PORT 8000 is already in use/);
- * ```
- */
-export function explainListenError(error: unknown, target: ListenTarget): string {
-  const where = `Cannot listen on ${target.hostname}:${target.port}`;
-  let reason: string;
-  if (error instanceof Deno.errors.AddrInUse) {
-    reason =
-      `PORT ${target.port} is already in use, so stop the process holding it or set PORT to a free port`;
-  } else if (error instanceof Deno.errors.AddrNotAvailable) {
-    reason =
-      `HOSTNAME ${target.hostname} is not an address of this machine, so set HOSTNAME to one of its addresses, 0.0.0.0 or ::`;
-  } else if (error instanceof Deno.errors.NotCapable) {
-    reason = "this process may not use the network, so grant --allow-net (deno task start does)";
-  } else if (error instanceof Deno.errors.PermissionDenied) {
-    reason =
-      `this user may not bind PORT ${target.port}, so set PORT to 1024 or above or grant the capability CAP_NET_BIND_SERVICE`;
-  } else if (error instanceof Deno.errors.NotSupported) {
-    reason = `${
-      messageOf(error)
-    }, so add it to the command (deno task start and the compiled binary pass it) or unset REUSE_PORT`;
-  } else {
-    reason = `${messageOf(error)}, so check HOSTNAME and PORT`;
-  }
-  return `${where}: ${reason}; nothing is served.`;
-}
+import { messageOf } from "../text/error_message.ts";
 
 /** Whether `path` names a local SQLite file (not `:memory:` or a remote database URL). */
 function isFile(path: string): boolean {
@@ -139,12 +95,4 @@ function isDirectory(path: string): boolean {
   } catch {
     return false;
   }
-}
-
-/** Explains a failure at start-up that no more specific explanation covers. */
-export function explainStartupError(error: unknown): string {
-  if (error instanceof Deno.errors.NotCapable && /env access/.test(messageOf(error))) {
-    return "Cannot read the configuration: this process may not read environment variables, so grant --allow-env (deno task start does); nothing is served.";
-  }
-  return `Cannot start: ${namedMessageOf(error)}; nothing is served.`;
 }

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
 import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";
@@ -14,7 +14,8 @@ import { CALLER_EXEMPT, createCallerVerdict } from "../limit/caller/caller_contr
 import { parseCidrSet } from "../http/address.ts";
 import { storeEventOptions } from "../store_events.ts";
 import type { Telemetry } from "../telemetry/load.ts";
-import { event, fatalExplained } from "./events.ts";
+import { event } from "../lifecycle/events.ts";
+import { fatalExplained } from "./events.ts";
 
 /**
  * Opens the store `config` names, its incidents logged (and counted by `telemetry`); exits 1 with

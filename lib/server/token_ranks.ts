@@ -1,7 +1,8 @@
 /**
  * The token ranks as Deno finds them (`static_files.ts` gives them to `loadContent`): the indexed
- * ranks (`lib/pages/tokens/ranks.ts`) that `deno task build:tokens` writes beside this module and
- * the bundle (`o200k_ranks.bin`), of which the counter reads only what its lookups touch: the
+ * ranks (`lib/pages/tokens/ranks.ts`) that `deno task build:tokens` writes to
+ * `dist/tokens/o200k_ranks.bin`, where Node's entry reads them too, of which the counter reads only
+ * what its lookups touch: the
  * counts the build made cover every chunk of the shipped bodies, and the ranks are looked up for
  * the few a configuration brings (a JavaScript module carrying the same bytes costs about 10 MiB
  * more resident memory to load, its text held and parsed, and reading the file whole 4.4 MB;
@@ -16,11 +17,11 @@
 import type { FormReader } from "../pages/tokens/ranks.ts";
 
 /**
- * The file, beside this module: `deno task build:tokens` writes it here for the sources (and the
- * compiled binary, which embeds it: `--include`) and in `dist/app/` for the bundle, whose chunks
- * this module is bundled into.
+ * The file `deno task build:tokens` writes, as this module finds it: two folders up, then
+ * `dist/tokens/`, from the sources (`lib/server/`) and from the bundle's chunks (`dist/app/`) alike;
+ * the compiled binary embeds it there (`--include`).
  */
-const PLACE = "./o200k_ranks.bin";
+const PLACE = "../../dist/tokens/o200k_ranks.bin";
 
 /**
  * The module the build writes for every bundler (`dist/tokens/o200k_ranks.js`), as

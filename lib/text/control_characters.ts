@@ -1,6 +1,6 @@
 /**
  * The characters no one-line value may hold: the configuration refuses a value with one
- * (`lib/config.ts`), robots.txt's filling turns each into a space (`lib/pages/content.ts`).
+ * (`lib/config/`), robots.txt's filling turns each into a space (`lib/pages/content.ts`).
  *
  * @module
  */

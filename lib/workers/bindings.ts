@@ -1,6 +1,6 @@
 /**
  * The Worker's configuration: its environment bindings (vars and secrets) read through
- * `lib/config.ts`'s {@linkcode Env}, under the same rules and with the same messages as the Deno
+ * `lib/config/env.ts`'s {@linkcode Env}, under the same rules and with the same messages as the Deno
  * service's environment variables, plus what only a Worker decides: where its limit lives.
  *
  * Every name of `ENV_NAMES` is read the same way, so a variable added there works on Workers with
@@ -19,10 +19,12 @@
  * @module
  */
 
-import { type Config, type Env, ENV_NAMES, type EnvName, loadConfig } from "../config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
+import { type Env, ENV_NAMES, type EnvName } from "../config/env.ts";
 import { policyOf } from "../limit/core/decision.ts";
 import { checkDurablePolicy } from "../limit/durable_object/object_logs.ts";
 import { workersMaxCallers } from "./memory_cap.ts";
+import type { Warning } from "../lifecycle/warnings.ts";
 import { workerRules } from "./worker_rules.ts";
 
 /** The binding of the Durable Object namespace that keeps the limit (wrangler.json). */
@@ -33,7 +35,7 @@ export type WorkerStoreKind = "durable-object" | "memory";
 
 /** The Worker's configuration and its warnings (`worker_rules.ts`), or every problem found. */
 export type WorkerConfigResult =
-  | { ok: true; config: Config; store: WorkerStoreKind; warnings: string[] }
+  | { ok: true; config: Config; store: WorkerStoreKind; warnings: Warning[] }
   | { ok: false; errors: string[] };
 
 /** A Worker's `env`: strings, numbers and booleans for vars and secrets, objects for bindings. */

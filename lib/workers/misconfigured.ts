@@ -16,7 +16,8 @@
  * @module
  */
 
-import { type Env, loadConfig } from "../config.ts";
+import { loadConfig } from "../config/config.ts";
+import { type Env } from "../config/env.ts";
 import { type HeaderField, isCorsPreflight, STATUS } from "../http/message.ts";
 import {
   policyOf,
@@ -43,7 +44,7 @@ const BODY = JSON.stringify({
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { recordEnv } from "../config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * assert.deepEqual(fieldsPolicy(recordEnv({ RATE_LIMIT: "5", PUBLIC_BASE_URL: "x" })), {
  *   limit: 5,
  *   windowMs: 60_000,
@@ -68,7 +69,7 @@ export function fieldsPolicy(env: Env): RateLimitPolicy {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { recordEnv } from "../config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * const answer = misconfiguredAnswer(recordEnv({ RATE_LIMIT: "5" }));
  * const response = answer(new Request("https://api.example.com/api/v1/platform"));
  * assert.equal(response.status, 500);

@@ -9,7 +9,7 @@
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
 import { truncatedCaller } from "../access_log.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import {
   createDurableObjectStore,

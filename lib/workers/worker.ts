@@ -2,7 +2,7 @@
  * The service as a Cloudflare Worker: `export default { fetch }` over the same `createHandler` as
  * `main.ts`, with what differs on Workers and nothing else.
  *
- * - Configuration: the Worker's bindings (vars and secrets) through `lib/config.ts`'s rules
+ * - Configuration: the Worker's bindings (vars and secrets) through `lib/config/`'s rules
  *   (`bindings.ts`), read once per isolate, at its first request (a Worker's `env` exists only
  *   there), and nothing of that request: no value of a request becomes configuration. Invalid
  *   (`deno task worker` and `deno task worker:build` refuse it first; vars changed in the
@@ -27,15 +27,17 @@
  */
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
-import { type Config, formatConfigErrors, redactSecrets } from "../config.ts";
+import { type Config } from "../config/config.ts";
+import { formatConfigErrors, redactSecrets } from "../config/messages.ts";
 import { createHandler, type ServiceHandler } from "../handler.ts";
 import { parseIp } from "../http/address.ts";
 import { namedMessageOf } from "../text/error_message.ts";
 import type { PeerInfo } from "../limit/caller/caller_key.ts";
-import { REPORT_MODE_WARNING } from "../limit/caller/caller_controls.ts";
 import { policyOf, type RateLimitStore } from "../limit/core/decision.ts";
 import { MemoryStore } from "../limit/memory/memory_store.ts";
 import { loadContent } from "../pages/content.ts";
+import { type EventOutput, useEventOutput } from "../lifecycle/events.ts";
+import { sayStartWarnings, warn } from "../lifecycle/warnings.ts";
 import { type Bindings, bindingsEnv, workerConfig } from "./bindings.ts";
 import { misconfiguredAnswer } from "./misconfigured.ts";
 import { openDurableStore } from "./store.ts";
@@ -83,6 +85,7 @@ export function createWorker(
   openDurable: OpenDurableStore = openDurableStore,
 ): WorkerModule {
   let started: Started | undefined;
+  useEventOutput(WORKER_EVENTS);
   return {
     fetch(request, env) {
       started ??= start(env, files, openDurable);
@@ -113,6 +116,20 @@ export function peerOf(request: Request): PeerInfo {
   return { remoteAddr: { hostname: address! } };
 }
 
+/**
+ * The Worker's event output: the console, which Workers Logs keeps (a JSON line's fields become the
+ * event's). A Worker cannot exit: its failures are answered per request instead.
+ */
+const WORKER_EVENTS: EventOutput = {
+  event(level, line) {
+    console[level](line.trimEnd());
+  },
+  fatal(text) {
+    console.error(text);
+    return Promise.reject(new Error(text));
+  },
+};
+
 /** Configures the isolate at its first request from its bindings: the handler, or the problems logged once. */
 function start(
   env: Bindings,
@@ -122,11 +139,13 @@ function start(
   const configured = workerConfig(env);
   if (!configured.ok) return refused(env, configured.errors);
   const { config } = configured;
-  const warnings = config.rateLimitMode === "report"
-    ? [...configured.warnings, REPORT_MODE_WARNING]
-    : configured.warnings;
-  // Each isolate's start: Workers Logs keeps each as a JSON event.
-  for (const message of warnings) console.warn(JSON.stringify({ level: "warn", message }));
+  // Each isolate's start (lib/lifecycle/warnings.ts): Workers Logs keeps each as a JSON event.
+  for (const warning of configured.warnings) warn(warning);
+  sayStartWarnings({
+    config: { ...config, rateLimitStore: configured.store },
+    entry: "workers",
+    now: Date.now(),
+  });
   const content = loadContent(config, { dir: "static", read: (path) => fileOf(files, path) });
   if (!content.ok) return refused(env, content.errors);
   const store = configured.store === "memory"

@@ -25,16 +25,21 @@
  * @module
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { type CidrSet, cidrSetsOverlap, parseCidrSet, rangeText } from "../http/address.ts";
+import {
+  type Warning,
+  workersHttpBaseUrlWarning,
+  workersTrustedProxiesWarning,
+} from "../lifecycle/warnings.ts";
 import { cloudflareRanges } from "./cloudflare_ranges.ts";
 
-/** What {@linkcode workerRules} found: refusals and warnings, one sentence each. */
+/** What {@linkcode workerRules} found: refusals, one sentence each, and warnings. */
 export interface WorkerRuleFindings {
   /** Values that cannot work on Workers. */
   errors: string[];
-  /** Values that work but should not be deployed as they are. */
-  warnings: string[];
+  /** Values that work but should not be deployed as they are (`lib/lifecycle/warnings.ts`). */
+  warnings: Warning[];
 }
 
 /** Loopback, from which no request reaches a Worker on Cloudflare. */
@@ -46,7 +51,8 @@ const LOOPBACK = parseCidrSet("127.0.0.0/8,::1/128").set;
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { loadConfig, recordEnv } from "../config.ts";
+ * import { loadConfig } from "../config/config.ts";
+ * import { recordEnv } from "../config/env.ts";
  * const of = (env: Record<string, string>) => {
  *   const loaded = loadConfig(recordEnv(env));
  *   assert(loaded.ok);
@@ -55,12 +61,12 @@ const LOOPBACK = parseCidrSet("127.0.0.0/8,::1/128").set;
  * assert.deepEqual(of({ PUBLIC_BASE_URL: "https://api.example.com" }), { errors: [], warnings: [] });
  * assert.match(of({ PUBLIC_BASE_URL: "https://api.example.com/base" }).errors[0]!, /^PUBLIC_BASE_URL/);
  * assert.match(of({ PUBLIC_BASE_URL: "https://a.example", TRUSTED_PROXIES: "2a06:98c0::/29" }).errors[0]!, /^TRUSTED_PROXIES/);
- * assert.match(of({ PUBLIC_BASE_URL: "http://api.example.com" }).warnings[0]!, /^PUBLIC_BASE_URL/);
+ * assert.match(of({ PUBLIC_BASE_URL: "http://api.example.com" }).warnings[0]!.message, /^PUBLIC_BASE_URL/);
  * ```
  */
 export function workerRules(config: Config): WorkerRuleFindings {
   const errors: string[] = [];
-  const warnings: string[] = [];
+  const warnings: Warning[] = [];
   const base = new URL(config.baseUrl);
   if (base.pathname !== "/") {
     errors.push(
@@ -73,17 +79,11 @@ export function workerRules(config: Config): WorkerRuleFindings {
   errors.push(...proxies);
   if (proxies.length === 0 && config.trustedProxies.ranges.length > 0) {
     warnings.push(
-      `TRUSTED_PROXIES=${
-        config.trustedProxies.ranges.map(rangeText).join(",")
-      } is believed on Workers: right only for a proxy of your own in front of Cloudflare at those addresses (Cloudflare names it in CF-Connecting-IP and appends it to the X-Forwarded-For it wrote); otherwise remove it`,
+      workersTrustedProxiesWarning(config.trustedProxies.ranges.map(rangeText).join(",")),
     );
   }
   if (base.protocol === "http:" && !isLoopbackHost(base.hostname)) {
-    warnings.push(
-      `PUBLIC_BASE_URL is ${
-        JSON.stringify(config.baseUrl)
-      }: every link the service publishes sends callers over plain HTTP, while Cloudflare serves a custom domain over HTTPS; set it to https://${base.host}`,
-    );
+    warnings.push(workersHttpBaseUrlWarning(config.baseUrl, base.host));
   }
   return { errors, warnings };
 }

@@ -14,7 +14,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import process from "node:process";
-import { loadConfig } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
 import { createHandler } from "../../lib/handler.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
 import { loadContent } from "../../lib/pages/content.ts";

@@ -13,7 +13,8 @@
 import type { RateLimitPolicy } from "../../lib/limit/core/decision.ts";
 import type { LocalFirstStore } from "../../lib/limit/local_first/local_first_store.ts";
 import { openRateLimitStore } from "../../lib/limit/open_store.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import {
   freePort,
   redisCli,

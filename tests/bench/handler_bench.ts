@@ -15,7 +15,8 @@
 import type { AccessRecord } from "../../lib/access_log.ts";
 import { createHandler } from "../../lib/handler.ts";
 import { formatAccessRecord } from "../../lib/access_log.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import {
   loadNegotiator,

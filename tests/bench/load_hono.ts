@@ -15,7 +15,7 @@
 import { Hono } from "npm:hono@4.13.19";
 import { rateLimiter } from "npm:hono-rate-limiter@0.5.4";
 import { createHandler } from "../../lib/handler.ts";
-import { loadConfig } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";

@@ -16,7 +16,8 @@
 // deno-lint-ignore-file no-console
 
 import { createHandler } from "../../lib/handler.ts";
-import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import { type Config, loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { policyOf } from "../../lib/limit/core/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";

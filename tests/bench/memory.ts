@@ -14,7 +14,8 @@
 // deno-lint-ignore-file no-console
 
 import { createHandler } from "../../lib/handler.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { MemoryStore, SWEEP_INTERVAL_MS } from "../../lib/limit/memory/memory_store.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";

@@ -6,7 +6,8 @@
  */
 
 import assert from "node:assert/strict";
-import { type Env, type EnvName, loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { type Env, type EnvName, recordEnv } from "../../lib/config/env.ts";
 import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { BREAKER_DEFAULTS } from "../../lib/limit/guard/circuit_breaker.ts";
 import { GuardedStore } from "../../lib/limit/guard/guarded_store.ts";

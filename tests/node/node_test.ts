@@ -33,7 +33,7 @@ import {
 } from "../_server.ts";
 import { admitted, sequential, type ServiceProcess, startService } from "../_service_process.ts";
 import { buildAnswers } from "../../lib/respond/paths.ts";
-import { REPORT_MODE_WARNING } from "../../lib/limit/caller/caller_controls.ts";
+import { REPORT_MODE_WARNING } from "../../lib/lifecycle/warnings.ts";
 import { checkControls, checkReportMode, CONTROLS_ENV } from "../_controls.ts";
 
 await ensureNodeModules();

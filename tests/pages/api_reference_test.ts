@@ -15,7 +15,8 @@ import {
   shellWord,
   tableCell,
 } from "../../lib/pages/api_reference.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import { EXPOSED_FIELDS } from "../_server.ts";
 import { DISK_STATIC_FILES } from "../../lib/server/static_files.ts";

@@ -7,7 +7,8 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import { type Config, loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import {
   fill,
   loadContent,

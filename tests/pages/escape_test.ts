@@ -7,7 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { escapeMarkdownText, markdownToPlainText } from "../../lib/pages/escape.ts";
 import { type Content, loadContent } from "../../lib/pages/content.ts";
 import { markdownRenderer } from "../../lib/pages/markdown.ts";

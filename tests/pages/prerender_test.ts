@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
-import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import { type Config, loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import {
   apiReferenceOf,
   filledPages,

@@ -6,7 +6,8 @@
  */
 
 import assert from "node:assert/strict";
-import { type Config, loadConfig, recordEnv } from "../../lib/config.ts";
+import { type Config, loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { loadContent } from "../../lib/pages/content.ts";
 import type { PathAnswers } from "../../lib/respond/answers.ts";
 import { discoveryFields } from "../../lib/respond/paths.ts";

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { DEPLOY_PLATFORM } from "../_deno_deploy_env.ts";
-import { loadConfig } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
 import {
   DEPLOY_STORE_TIMEOUT_MS,
   deployEnv,

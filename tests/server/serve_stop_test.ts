@@ -1,7 +1,8 @@
 /**
  * `deno serve --parallel` stops on a SIGTERM that comes while one of its workers is still starting
  * (lib/server/serve_stop.ts): without the relay, Deno 2.9.6's late worker never sees the signal and
- * the process serves on.
+ * the process serves on; and one whose main.ts begins after the relay's channel has closed (a
+ * second after the stop) hears of it from the process's environment.
  *
  * @module
  */
@@ -67,4 +68,20 @@ Deno.test("deno serve --parallel: a SIGTERM while a worker starts stops every wo
 Deno.test("deno serve --parallel: without the relay, the starting worker misses the SIGTERM (the runtime's behaviour this guards)", async () => {
   const { status } = await stopEarly({ RELAY: "off" }, 4_000);
   assert.equal(status, undefined, "Deno now wires the signal for a worker that starts late");
+});
+
+/** How long after starting the late worker joins the relay: past the channel's linger (1 s). */
+const LATE_MS = 2_500;
+
+Deno.test("deno serve --parallel: a worker that joins the relay after its channel closed still stops, gracefully", async () => {
+  const { status, stderr } = await stopEarly({ LATE_MS: String(LATE_MS) }, 10_000);
+  assert.ok(
+    status?.code === 0,
+    `${status ? `exited ${status.code}` : "did not exit within 10 s"}; it said:\n${await stderr}`,
+  );
+});
+
+Deno.test("deno serve --parallel: without the environment's marker, a worker that joins after the channel closed never hears (what the marker guards)", async () => {
+  const { status } = await stopEarly({ LATE_MS: String(LATE_MS), MARKER: "off" }, LATE_MS + 3_000);
+  assert.equal(status, undefined, "the late worker heard of the stop without the marker");
 });

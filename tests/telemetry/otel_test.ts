@@ -24,7 +24,7 @@ import {
   startRedis,
   waitForPort,
 } from "../_redis.ts";
-import { DRAIN_MS, STOP_DEADLINE_MS } from "../../lib/server/listener.ts";
+import { DRAIN_MS, STOP_DEADLINE_MS } from "../../lib/lifecycle/stop.ts";
 import { EXIT_WATCHDOG_MARGIN_MS } from "../../lib/telemetry/otel.ts";
 
 const ROOT = new URL("../../", import.meta.url);

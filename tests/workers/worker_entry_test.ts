@@ -7,7 +7,8 @@
 
 import assert from "node:assert/strict";
 import { STATIC_DIR, STATIC_FILES } from "../../lib/pages/content.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { bindingsEnv, workerConfig } from "../../lib/workers/bindings.ts";
 import { workersMaxCallers } from "../../lib/workers/memory_cap.ts";
 import { createWorker, peerOf } from "../../lib/workers/worker.ts";

@@ -24,7 +24,7 @@ function problems(bindings: Record<string, unknown>): string[] {
 function warnings(bindings: Record<string, unknown>): string[] {
   const result = workerConfig(bindings);
   assert.ok(result.ok, JSON.stringify(result));
-  return result.warnings;
+  return result.warnings.map((warning) => warning.message);
 }
 
 Deno.test("workerConfig() refuses a PUBLIC_BASE_URL with a path, in one sentence naming it; a bare origin (a trailing slash too) is taken", () => {

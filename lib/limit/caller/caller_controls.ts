@@ -5,7 +5,7 @@
  * IPv4 address, or an IPv6 /64, never a header, a user agent or a secret (lib/limit/README.md,
  * "Operator controls").
  *
- * The lists are parsed and checked at start-up by `lib/config.ts` ({@linkcode controlListProblems});
+ * The lists are parsed and checked at start-up by `lib/config/callers.ts` ({@linkcode controlListProblems});
  * a request's verdict is one comparison for the caller of the request before, one map look-up for a
  * recent caller, and a scan of integer ranges for a new one.
  *
@@ -188,10 +188,6 @@ export function createCallerVerdict(
     return verdict;
   };
 }
-
-/** The warning of every start under `RATE_LIMIT_MODE=report` (the Deno service's and the Worker's). */
-export const REPORT_MODE_WARNING =
-  "RATE_LIMIT_MODE=report: the rate limit is NOT enforced; requests over it are served and logged as report_refused (unset RATE_LIMIT_MODE, or set it to enforce, to refuse them)";
 
 /** Why a would-be refusal was served: its caller is exempt, or the limit only reports. */
 export type ServedRefusal = "exempted" | "report_refused";

@@ -29,7 +29,7 @@
 
 import type { HitLog, LogBatch, LogHealth } from "../core/hit_log.ts";
 import type { RedisStoreClient } from "./redis_client.ts";
-import { fromBase64, toBase64 } from "../../http/base64.ts";
+import { fromBase64, toBase64 } from "../../text/base64.ts";
 
 /** How long past the window the stream keeps a batch, in ms: a restart's replay reads that far. */
 export const KEEP_MARGIN_MS = 5000;

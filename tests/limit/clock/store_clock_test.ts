@@ -8,7 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { type Env, loadConfig, recordEnv } from "../../../lib/config.ts";
+import { loadConfig } from "../../../lib/config/config.ts";
+import { type Env, recordEnv } from "../../../lib/config/env.ts";
 import type { Decision, RateLimitPolicy } from "../../../lib/limit/core/decision.ts";
 import { KvStore } from "../../../lib/limit/kv/kv_store.ts";
 import { LocalFirstStore } from "../../../lib/limit/local_first/local_first_store.ts";

@@ -8,7 +8,8 @@
 
 import assert from "node:assert/strict";
 import { createHandler } from "../../../lib/handler.ts";
-import { loadConfig, recordEnv } from "../../../lib/config.ts";
+import { loadConfig } from "../../../lib/config/config.ts";
+import { recordEnv } from "../../../lib/config/env.ts";
 import { loadContent } from "../../../lib/pages/content.ts";
 import type {
   Decision,

@@ -25,7 +25,8 @@ import {
 } from "../../../lib/limit/guard/refusal_memo.ts";
 import { CallsInFlight } from "../../../lib/limit/guard/in_flight.ts";
 import { openRateLimitStore } from "../../../lib/limit/open_store.ts";
-import { loadConfig, recordEnv } from "../../../lib/config.ts";
+import { loadConfig } from "../../../lib/config/config.ts";
+import { recordEnv } from "../../../lib/config/env.ts";
 import { redisCli, redisUnavailableReason, startRedis } from "../../_redis.ts";
 
 const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };

@@ -27,7 +27,8 @@ import {
   RefusalMemo,
 } from "../../../lib/limit/guard/refusal_memo.ts";
 import { openRateLimitStore } from "../../../lib/limit/open_store.ts";
-import { loadConfig, recordEnv } from "../../../lib/config.ts";
+import { loadConfig } from "../../../lib/config/config.ts";
+import { recordEnv } from "../../../lib/config/env.ts";
 import { redisCli, redisUnavailableReason, startRedis } from "../../_redis.ts";
 import { openRedisStore } from "../../../lib/limit/redis/redis_store.ts";
 import { logKey } from "../../../lib/limit/redis/redis_client.ts";

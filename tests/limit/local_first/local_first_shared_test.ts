@@ -23,7 +23,7 @@
 import assert from "node:assert/strict";
 import { createClient } from "@redis/client";
 import { createHandler } from "../../../lib/handler.ts";
-import type { Config } from "../../../lib/config.ts";
+import type { Config } from "../../../lib/config/config.ts";
 import type { RateLimitPolicy, RateLimitStore } from "../../../lib/limit/core/decision.ts";
 import { GuardedStore } from "../../../lib/limit/guard/guarded_store.ts";
 import { KvStore } from "../../../lib/limit/kv/kv_store.ts";

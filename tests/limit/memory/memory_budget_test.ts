@@ -11,7 +11,8 @@
 import assert from "node:assert/strict";
 import denoJson from "../../../deno.json" with { type: "json" };
 import { DEFAULT_MAX_CALLERS } from "../../../lib/limit/memory/memory_store.ts";
-import { loadConfig, recordEnv } from "../../../lib/config.ts";
+import { loadConfig } from "../../../lib/config/config.ts";
+import { recordEnv } from "../../../lib/config/env.ts";
 
 const MIB = 1024 * 1024;
 /** The start-up's peak: the warm-up's tokenizer worker (`deno task bench:spray`). */
