@@ -1,7 +1,7 @@
 /**
  * Property tests (fast-check): whatever path, method and negotiation headers a caller sends, the
- * handler answers without a server error, with the header fields every response carries, and with the
- * status the path and method call for; negotiation never throws and always yields a supported value,
+ * handler answers without a server error (501 for a method it does not recognise, as RFC 9110 asks),
+ * with the header fields every response carries, and with the status the path and method call for; negotiation never throws and always yields a supported value,
  * and honours q-values.
  *
  * The handler is called in process with real `Request`s and a fixed clock; runs are bounded.
@@ -12,7 +12,13 @@
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
 import { createHandler } from "../lib/handler.ts";
-import { type Encoding, preferredEncoding, preferredType } from "../lib/http/negotiate.ts";
+import {
+  type Encoding,
+  loadNegotiator,
+  preferredEncoding,
+  preferredType,
+} from "../lib/http/negotiate.ts";
+import { RECOGNISED_METHODS } from "../lib/http/message.ts";
 import { MemoryStore } from "../lib/limit/memory/memory_store.ts";
 import { buildAnswers } from "../lib/respond/paths.ts";
 import { RATE_LIMIT_FIELDS, testConfig, testContent } from "./_server.ts";
@@ -152,7 +158,7 @@ const requestArbitrary = fc.record({
 // ---------------------------------------------------------------------------------------------------
 // The handler
 
-Deno.test("for random paths, methods and negotiation headers the handler never answers 5xx", async () => {
+Deno.test("for random paths, methods and negotiation headers the handler answers no 5xx but 501 for an unknown method", async () => {
   const store = new MemoryStore({ limit: config.rateLimit, windowMs: 60_000 }, { sweep: false });
   const errors: unknown[] = [];
   const handler = createHandler({
@@ -183,7 +189,8 @@ Deno.test("for random paths, methods and negotiation headers the handler never a
         await response.body?.cancel();
 
         const what = `${request.method} ${request.url.slice(0, 200)}`;
-        assert.ok(response.status < 500, `${what}: ${response.status}`);
+        const recognised = RECOGNISED_METHODS.has(request.method);
+        assert.ok(response.status < 500 || !recognised, `${what}: ${response.status}`);
         for (const name of RATE_LIMIT_FIELDS) {
           assert.ok(response.headers.has(name), `${what}: ${name}`);
         }
@@ -194,7 +201,9 @@ Deno.test("for random paths, methods and negotiation headers the handler never a
         const known = KNOWN_PATHS.includes(new URL(request.url).pathname);
         const m = request.method;
         // A CORS preflight is granted on every path, known or not (DESIGN.md).
-        const expected = m === "OPTIONS" && input.preflight
+        const expected = !recognised
+          ? [501]
+          : m === "OPTIONS" && input.preflight
           ? [204]
           : !known
           ? [404]
@@ -225,7 +234,8 @@ const supportedList = fc.shuffledSubarray([...SUPPORTED_TYPES], { minLength: 1 }
   [SupportedType, ...SupportedType[]]
 >;
 
-Deno.test("preferredType never throws and always returns one of the supported types", () => {
+Deno.test("preferredType never throws and always returns one of the supported types", async () => {
+  await loadNegotiator();
   fc.assert(
     fc.property(fc.option(acceptHeader, { nil: null }), supportedList, (accept, supported) => {
       const chosen = preferredType(accept, supported);
