@@ -101,3 +101,22 @@ export async function warmedUp(instance: ServiceProcess): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, EVENT_POLL_MS));
   }
 }
+
+/**
+ * Stops `instances[index]` with `signal`, puts what `start` starts in its place, and answers the old
+ * one's exit code and the status of one direct request to the new one (as a rolling restart's
+ * next step would check it).
+ */
+export async function restartInstance(
+  instances: ServiceProcess[],
+  index: number,
+  signal: "SIGTERM" | "SIGKILL",
+  start: () => Promise<ServiceProcess>,
+): Promise<{ code: number; status: number }> {
+  instances[index]!.kill(signal);
+  const code = await instances[index]!.exited;
+  instances[index] = await start();
+  const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
+  await direct.body?.cancel();
+  return { code, status: direct.status };
+}

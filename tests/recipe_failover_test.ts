@@ -24,7 +24,7 @@ import {
   type LoadOutcome,
 } from "./_keep_alive_load.ts";
 import { hangTimeouts, noNginx, startNginx, type TestNginx } from "./_nginx.ts";
-import { startInstance, warmedUp } from "./_recipe.ts";
+import { restartInstance, startInstance, warmedUp } from "./_recipe.ts";
 import { freePort } from "./_redis.ts";
 import type { ServiceProcess } from "./_service_process.ts";
 
@@ -85,12 +85,13 @@ async function restart(
   stateDir: string,
   signal: "SIGTERM" | "SIGKILL",
 ): Promise<number> {
-  instances[index]!.kill(signal);
-  const code = await instances[index]!.exited;
-  instances[index] = await startInstance(port, stateDir, { env: OPERATOR_ENV });
-  const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
-  await direct.body?.cancel();
-  assert.equal(direct.status, 200);
+  const { code, status } = await restartInstance(
+    instances,
+    index,
+    signal,
+    () => startInstance(port, stateDir, { env: OPERATOR_ENV }),
+  );
+  assert.equal(status, 200);
   return code;
 }
 

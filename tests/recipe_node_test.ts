@@ -21,7 +21,7 @@ import { freePort } from "./_redis.ts";
 import { AnswerCounter, getHead, keepAliveLoad } from "./_keep_alive_load.ts";
 import { ensureNodeModules, nodeBinary } from "./_node.ts";
 import type { ServiceProcess } from "./_service_process.ts";
-import { startInstance } from "./_recipe.ts";
+import { restartInstance, startInstance } from "./_recipe.ts";
 
 /** The Node LTS the recipe runs on (the older one; the test passed on 26 as well). */
 const NODE_LINE = 24;
@@ -75,13 +75,14 @@ async function restart(
   stateDir: string,
   signal: "SIGTERM" | "SIGKILL",
 ): Promise<number> {
-  instances[index]!.kill(signal);
-  const code = await instances[index]!.exited;
-  instances[index] = await startNodeInstance(port, stateDir);
-  const direct = await fetch(`${instances[index]!.url}/api/v1/platform`);
-  await direct.body?.cancel();
+  const { code, status } = await restartInstance(
+    instances,
+    index,
+    signal,
+    () => startNodeInstance(port, stateDir),
+  );
   // It answers (this test's own address may be over its limit: the load comes from it too).
-  assert.ok(direct.status === 200 || direct.status === 429, `status ${direct.status}`);
+  assert.ok(status === 200 || status === 429, `status ${status}`);
   return code;
 }
 
