@@ -117,9 +117,9 @@ async function main(): Promise<void> {
     store,
     accessLog,
     lifecycle,
-    // A Response built per request, not a clone of a kept one: on Node a clone tees the body's
-    // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
-    // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
+    // Node sends the handler's answers as they are (fast_path.ts) and builds no Response; should
+    // `fetch` be called, a Response built per request, not a kept one's clone: after a thousand
+    // unread responses the read of such a clone never settles on Node 24 and 26.
     responseCache: { keep: false },
     noAddress:
       "a request came from a peer with no IP address and no forwarded client address: every such caller shares ONE rate-limit budget. Said once.",
