@@ -454,6 +454,6 @@ async function cold(): Promise<void> {
 console.log(
   `Node ${NODE[24]} / ${NODE[26]}; Deno ${Deno.version.deno}; npm start: ${JSON.stringify(START)}`,
 );
-if (!args.dry) await cold();
+if (!args.dry && Number(args.cold) > 0) await cold();
 await load();
 Deno.exit(0);
