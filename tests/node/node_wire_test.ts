@@ -8,8 +8,11 @@
  *
  * The requests: every path in every representation and coding, HEAD, OPTIONS and a CORS
  * preflight, the 304 of a conditional GET, the 404 in each media type, the 405, the 400 of a bad
- * `Host`, the 403 of a denied caller and the 429 of a caller past its limit. Each request comes from
- * a caller of its own (`X-Forwarded-For`), so that the rate-limit fields are the same on both.
+ * `Host`, the 403 of a denied caller, the 429 of a caller past its limit, and the 429
+ * `rate_limit_unavailable` of a store that cannot be reached. Each request comes from a caller of
+ * its own (`X-Forwarded-For`), so that the rate-limit fields are the same on both. The 500 has no
+ * input that causes it in a real entry: its answer goes through the same wire form, which
+ * tests/respond/wire_test.ts holds to the `fetch` handler's `Response`.
  *
  * @module
  */
@@ -159,8 +162,46 @@ function servedPaths(): string[] {
   return [...buildAnswers(loaded.config, testContent(loaded.config)).paths.keys()];
 }
 
+/** A port on 127.0.0.1 that was free a moment ago: nothing answers there. */
+function closedPort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+/**
+ * Both entries on a Redis store that nothing answers, refusing what they cannot count
+ * (`RATE_LIMIT_ON_STORE_ERROR=closed`): one request to each, its answer.
+ */
+async function unreachable(
+  major: number,
+  node: string,
+): Promise<readonly [WireAnswer, WireAnswer]> {
+  const env = {
+    ...ENV,
+    RATE_LIMIT_STORE: "redis",
+    REDIS_URL: `redis://127.0.0.1:${closedPort()}`,
+    RATE_LIMIT_ON_STORE_ERROR: "closed",
+    RATE_LIMIT_STORE_TIMEOUT_MS: "200",
+  };
+  const [onNode, onDeno] = await Promise.all([
+    startService(env, 30_000, { node }),
+    startService(env, 30_000),
+  ]);
+  try {
+    const fields = { "x-forwarded-for": `10.${major}.254.1` };
+    return [
+      await exchange(onNode.url, headOf("GET", "/api/v1/platform", onNode.url, fields)),
+      await exchange(onDeno.url, headOf("GET", "/api/v1/platform", onDeno.url, fields)),
+    ] as const;
+  } finally {
+    await Promise.all([onNode.stop(), onDeno.stop()]);
+  }
+}
+
 for (const major of NODE_LINES) {
-  Deno.test(`Node ${major}'s fast path sends Deno's bytes: every path, representation, coding, 304, 404, 405, 400, 403 and 429`, async (t) => {
+  Deno.test(`Node ${major}'s fast path sends Deno's bytes: every path, representation, coding, 304, 404, 405, 400, 403 and both 429s`, async (t) => {
     const node = await nodeBinary(major);
     const [onNode, onDeno] = await Promise.all([
       warmed(startService({ ...ENV }, 30_000, { node })),
@@ -198,6 +239,15 @@ for (const major of NODE_LINES) {
           assertSameBytes(fromNode, fromDeno, `304 of ${target}`);
         }
       });
+      await t.step(
+        "a store that cannot be reached gets the same 429 rate_limit_unavailable",
+        async () => {
+          const [fromNode, fromDeno] = await unreachable(major, node);
+          assert.equal(fromNode.statusLine, "HTTP/1.1 429 Too Many Requests");
+          assert.match(new TextDecoder().decode(fromNode.body), /"rate_limit_unavailable"/);
+          assertSameBytes(fromNode, fromDeno, "429 rate_limit_unavailable");
+        },
+      );
       await t.step(
         "a caller past its limit gets the same 429, and a denied one the same 403",
         async () => {

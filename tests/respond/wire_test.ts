@@ -1,20 +1,24 @@
 /**
  * Tests of the wire form of the handler's answers (`lib/respond/wire.ts`): the fields in the order
  * Deno sends them (the template's, the rate-limit fields, `content-length` last, HEAD's too), the
- * same fields and body as the `Response` the `fetch` handler builds for the same answer, and each
- * template's body encoded once. The bytes on a real Node socket against Deno's are held by
+ * same fields and body as the `Response` the `fetch` handler builds for the same answer (every
+ * path, and an unexpected failure's 500), and each template's body encoded once. The bytes on a real Node socket against Deno's are held by
  * tests/node/node_wire_test.ts.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { policyOf, rateLimitConstants } from "../../lib/limit/core/decision.ts";
+import {
+  policyOf,
+  rateLimitConstants,
+  type RateLimitStore,
+} from "../../lib/limit/core/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { createHandler } from "../../lib/handler.ts";
 import { loadConfig, recordEnv } from "../../lib/config.ts";
 import { buildResponse, type ResponseTemplate } from "../../lib/respond/response_cache.ts";
-import { type Answer, createWire } from "../../lib/respond/wire.ts";
+import { type Answer, createWire, type Wire } from "../../lib/respond/wire.ts";
 import { testContent } from "../_server.ts";
 
 const CONSTANTS = { policy: '"default";q=60;w=60', limit: "60" };
@@ -30,6 +34,26 @@ const HEAD: ResponseTemplate = {
   fields: [...OK.fields, ["content-length", "7"]],
 };
 const ADMITTED = { allowed: true, remaining: 12, resetSeconds: 7 };
+
+/**
+ * Asserts the wire form of `answered` carries `response`'s fields (as a set: a `Headers` lists them
+ * sorted) and its body, with the body's `content-length`, which Deno adds to a `Response`'s.
+ */
+async function assertWireIsResponse(
+  wire: Wire,
+  answered: Answer,
+  response: Response,
+  what: string,
+): Promise<void> {
+  const flat = wire.fields(answered);
+  const pairs = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
+  const body = wire.body(answered.template);
+  const expected = [...response.headers];
+  if (body !== null) expected.push(["content-length", String(body.length)]);
+  assert.deepEqual(pairs.toSorted(), expected.toSorted(), what);
+  assert.deepEqual(body ?? new Uint8Array(), new Uint8Array(await response.arrayBuffer()), what);
+}
 
 function answerOf(template: ResponseTemplate, decision = ADMITTED): Answer {
   return { template, decision, outcome: undefined };
@@ -85,19 +109,38 @@ Deno.test("the handler's answer on the wire carries what its fetch Response carr
       const info = { remoteAddr: { hostname: `192.0.2.${caller++}` } };
       const answered = await handler.answer(request, info);
       const response = buildResponse(answered.template, answered.decision, constants);
-      const flat = handler.wire.fields(answered);
-      const pairs = [];
-      for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
-      const body = handler.wire.body(answered.template);
-      const expected = [...response.headers];
-      if (body !== null) expected.push(["content-length", String(body.length)]);
-      const what = `${method} ${target}`;
-      assert.deepEqual(pairs.toSorted(), expected.toSorted(), what);
-      assert.deepEqual(
-        body ?? new Uint8Array(),
-        new Uint8Array(await response.arrayBuffer()),
-        what,
-      );
+      await assertWireIsResponse(handler.wire, answered, response, `${method} ${target}`);
     }
   }
+});
+
+Deno.test("an unexpected failure's 500 on the wire carries what its fetch Response carries", async () => {
+  const loaded = loadConfig(recordEnv({}));
+  assert.ok(loaded.ok);
+  const config = loaded.config;
+  const failing: RateLimitStore = {
+    hit: () => {
+      throw new Error("the store broke");
+    },
+    peek: () => ({ allowed: true, remaining: 60, resetSeconds: 60 }),
+    close: () => {},
+  };
+  const errors: unknown[] = [];
+  const handler = createHandler({
+    config,
+    content: testContent(config),
+    store: failing,
+    onError: (error) => errors.push(error),
+  });
+  const constants = rateLimitConstants(policyOf(config));
+  for (const method of ["GET", "HEAD"]) {
+    const request = new Request("http://localhost/api/v1/platform", { method });
+    const answered = await handler.answer(request, { remoteAddr: { hostname: "192.0.2.1" } });
+    assert.equal(answered.template.status, 500);
+    const response = buildResponse(answered.template, answered.decision, constants);
+    await assertWireIsResponse(handler.wire, answered, response, method);
+    const text = new TextDecoder().decode(handler.wire.body(answered.template) ?? new Uint8Array());
+    assert.match(text, method === "GET" ? /"internal_error"/ : /^$/, method);
+  }
+  assert.equal(errors.length, 2);
 });
