@@ -23,7 +23,8 @@ import { ensureNodeModules, NODE_LINES, nodeBinary } from "../_node.ts";
 import { type ServiceProcess, startService } from "../_service_process.ts";
 import { testContent } from "../_server.ts";
 import { buildAnswers } from "../../lib/respond/paths.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 
 await ensureNodeModules();
 

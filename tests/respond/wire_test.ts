@@ -16,7 +16,8 @@ import {
 } from "../../lib/limit/core/decision.ts";
 import { MemoryStore } from "../../lib/limit/memory/memory_store.ts";
 import { createHandler } from "../../lib/handler.ts";
-import { loadConfig, recordEnv } from "../../lib/config.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
 import { buildResponse, type ResponseTemplate } from "../../lib/respond/response_cache.ts";
 import { type Answer, createWire, type Wire } from "../../lib/respond/wire.ts";
 import { testContent } from "../_server.ts";
