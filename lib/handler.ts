@@ -6,9 +6,10 @@
  * the warm-up (`warm_up.ts`, imported when it starts); per request it takes the caller's key
  * (`limit/caller/caller_key.ts`), the limiter's decision (the store's `hit`, or its `peek` for a CORS
  * preflight, `preflightDecision`), the path's answers, the one that answers (`respond/answers.ts`,
- * a promise while it is being built) and a clone of its prebuilt response for that decision
- * (`respond/response_cache.ts`). Unexpected failures are caught here, once, reported and answered
- * 500 with the Error shape.
+ * a promise while it is being built): the request's {@linkcode Answer} (`respond/wire.ts`), which
+ * the `fetch` handler turns into a prebuilt response for that decision
+ * (`respond/response_cache.ts`) and Node's entry writes as it is (`answer`, `wire`). Unexpected
+ * failures are caught here, once, reported and answered 500 with the Error shape.
  *
  * @module
  */
@@ -29,6 +30,7 @@ import {
   pending,
   policyOf,
   preflightDecision,
+  type RateLimitConstants,
   rateLimitConstants,
   type RateLimitStore,
   servedRefusal,
@@ -48,7 +50,9 @@ import {
   createResponseCache,
   type ResponseCache,
   type ResponseCacheOptions,
+  type ResponseTemplate,
 } from "./respond/response_cache.ts";
+import { type Answer, createWire, type Wire } from "./respond/wire.ts";
 import { once } from "./once.ts";
 import { later } from "./timer.ts";
 import type { WarmUpOptions } from "./warm_up.ts";
@@ -70,7 +74,20 @@ export type ServiceHandler = Handler & {
    * too large, or late), with its Error for the caller when known: `respond/refusal.ts`.
    */
   refuse: Refuse;
+  /**
+   * The request's answer before any `Response` is built, with every decision `fetch` makes (the
+   * caller, the limit, the path, the representation, the access log's record): `fetch` is this
+   * answer made a `Response`. A runtime that sends plain values sends it through `wire` instead
+   * (Node's entry, `node/fast_path.ts`). The request needs only its method, URL and fields' `get`
+   * and `has`.
+   */
+  answer: AnswerHandler;
+  /** The wire form of an answer: status, flat fields, body bytes (`respond/wire.ts`). */
+  wire: Wire;
 };
+
+/** The handler's answer to a request, a promise while it waits (a store, a representation). */
+export type AnswerHandler = (request: Request, info: PeerInfo) => Answer | Promise<Answer>;
 
 /** Options of {@linkcode createHandler}. */
 export interface HandlerOptions {
@@ -136,25 +153,23 @@ export interface HandlerOptions {
 export function createHandler(options: HandlerOptions): ServiceHandler {
   const parts = setUp(options);
   const { now, answers, callerKeyOf, cache, noDecision, record } = parts;
-  const controls = controlsOf(options.config);
-  const noted = controls.noted;
-  const handle = createHandle(parts, controls);
+  const handle = createHandle(parts, controlsOf(options.config));
   const onError = options.onError;
 
-  const fail = (error: unknown, request: Request): Response => {
+  const fail = (error: unknown, request: Request): Answer => {
     onError?.(error);
     const target = requestPathOf(request.url, request.headers.get("host"));
     const fixed = answers.paths.get(target)?.fixed ?? answers.unknown;
     const pair = fixed.internalError;
-    return cache.respond(request.method === "HEAD" ? pair.head : pair.get, noDecision);
+    return { template: forMethod(pair, request.method), decision: noDecision, outcome: undefined };
   };
 
-  const handler: Handler = (request, info) => {
+  const answer: AnswerHandler = (request, info) => {
     const started = now();
     const host = request.headers.get("host");
     const target = requestPathOf(request.url, host);
     let key = "";
-    let result: Response | Promise<Response>;
+    let result: Answer | Promise<Answer>;
     try {
       key = callerKeyOf(request.headers, info);
       result = handle(request, key, started, target);
@@ -165,11 +180,17 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
       return result instanceof Promise ? result.catch((error) => fail(error, request)) : result;
     }
     if (result instanceof Promise) {
-      return result.catch((error) => fail(error, request)).then((response) =>
-        logged(record, noted, request, target, key, started, host, response)
+      return result.catch((error) => fail(error, request)).then((answered) =>
+        logged(record, request, target, key, started, host, answered)
       );
     }
-    return logged(record, noted, request, target, key, started, host, result);
+    return logged(record, request, target, key, started, host, result);
+  };
+  const respond = (answered: Answer): Response =>
+    cache.respond(answered.template, answered.decision);
+  const handler: Handler = (request, info) => {
+    const answered = answer(request, info);
+    return answered instanceof Promise ? answered.then(respond) : respond(answered);
   };
   return Object.assign(handler, {
     prepare: once(() => prepareEager(answers)),
@@ -177,23 +198,24 @@ export function createHandler(options: HandlerOptions): ServiceHandler {
       ...parts,
       behindProxies: options.config.trustedProxies.ranges.length > 0,
     }),
+    answer,
+    wire: createWire(parts.constants),
   });
 }
 
-/** Hands `response`'s record to the access log and returns the response. */
+/** Hands `answered`'s record to the access log and returns the answer. */
 function logged(
   record: AccessRecorder,
-  noted: WeakMap<Response, string> | undefined,
   request: Request,
   target: string,
   key: string,
   started: number,
   host: string | null,
-  response: Response,
-): Response {
-  const outcome = noted?.get(response);
-  record(request.method, target, key, started, response.status, badHost(host, response), outcome);
-  return response;
+  answered: Answer,
+): Answer {
+  const status = answered.template.status;
+  record(request.method, target, key, started, status, badHost(host, status), answered.outcome);
+  return answered;
 }
 
 /**
@@ -203,34 +225,36 @@ function logged(
  * fields.
  */
 function createHandle(
-  { store, answers, cache, choose }: SetUp,
-  { verdictOf, servesAll, denied, noted }: Controls,
+  { store, answers, choose }: SetUp,
+  { verdictOf, servesAll, denied }: Controls,
 ): (
   request: Request,
   key: string,
   started: number,
   target: string,
-) => Response | Promise<Response> {
+) => Answer | Promise<Answer> {
   const answersOf = lastPathFirst(answers.paths);
-  const answer = (request: Request, path: PathAnswers | undefined, decision: Decision) => {
+  // `why`: a would-be refusal served (an exempt caller, or RATE_LIMIT_MODE=report), for the log.
+  const answer = (
+    request: Request,
+    path: PathAnswers | undefined,
+    decision: Decision,
+    why?: ServedRefusal,
+  ): Answer | Promise<Answer> => {
     const chosen = choose(request, path, decision);
     return chosen instanceof Promise
-      ? chosen.then((template) => cache.respond(template, decision))
-      : cache.respond(chosen, decision);
+      ? chosen.then((template) => ({ template, decision, outcome: why }))
+      : { template: chosen, decision, outcome: why };
   };
-  // A would-be refusal served (an exempt caller, or RATE_LIMIT_MODE=report), noted for the log.
   const served = (
     request: Request,
     path: PathAnswers | undefined,
     decision: Decision,
     why: ServedRefusal,
-  ) => {
-    if (decision.allowed) return answer(request, path, decision);
-    const response = answer(request, path, servedRefusal(decision));
-    return response instanceof Promise
-      ? response.then((sent) => note(noted, sent, why))
-      : note(noted, response, why);
-  };
+  ) =>
+    decision.allowed
+      ? answer(request, path, decision)
+      : answer(request, path, servedRefusal(decision), why);
   return (request, key, started, target) => {
     const path = answersOf(target);
     const method = request.method;
@@ -240,15 +264,15 @@ function createHandle(
       // changes nothing for it. Only an observer of the decisions hears of it (the metric).
       store.denied?.(key);
       const forbidden = forMethod((path?.fixed ?? answers.unknown).forbidden, method);
-      return note(noted, cache.respond(forbidden, denied), "denied");
+      return { template: forbidden, decision: denied, outcome: "denied" };
     }
     // The method first: a request that is not OPTIONS never asks for its headers here.
     if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
       const preflight = (path?.fixed ?? answers.unknown).preflight;
       const granted = preflightDecision(store.peek(key, started));
       return pending(granted)
-        ? Promise.resolve(granted).then((decision) => cache.respond(preflight, decision))
-        : cache.respond(preflight, granted);
+        ? Promise.resolve(granted).then((decision) => preflightAnswer(preflight, decision))
+        : preflightAnswer(preflight, granted);
     }
     // A thenable too: a Durable Object's RPC result is not `instanceof Promise` (`pending`).
     const decision = store.hit(key, started);
@@ -265,13 +289,18 @@ function createHandle(
   };
 }
 
+/** The answer to a CORS preflight (never counted, never refused). */
+function preflightAnswer(preflight: ResponseTemplate, decision: Decision): Answer {
+  return { template: preflight, decision, outcome: undefined };
+}
+
 /**
- * Whether `response` refused its request for its `Host`, missing or invalid (the only 400 the
- * handler sends). The handler logs the target's path (`requestPathOf`), not what a hostile `Host`
- * makes of the URL (lib/README.md, "Host").
+ * Whether an answer of `status` refused its request for its `Host`, missing or invalid (the only
+ * 400 the handler sends). The handler logs the target's path (`requestPathOf`), not what a hostile
+ * `Host` makes of the URL (lib/README.md, "Host").
  */
-function badHost(host: string | null, response: Response): boolean {
-  return response.status === 400 && (host === null || !isValidHost(host));
+function badHost(host: string | null, status: number): boolean {
+  return status === 400 && (host === null || !isValidHost(host));
 }
 
 /**
@@ -324,31 +353,17 @@ interface Controls {
   servesAll: ServedRefusal | undefined;
   /** What a denied caller's 403 reports: nothing left, the window; not a refusal to retry. */
   denied: Decision;
-  /** Why a response was served or denied, for the access log; undefined without controls. */
-  noted: WeakMap<Response, string> | undefined;
 }
 
 /** The controls of `config`: `RATE_LIMIT_EXEMPT`, `RATE_LIMIT_DENY` and `RATE_LIMIT_MODE`. */
 function controlsOf(config: Config): Controls {
   const verdictOf = createCallerVerdict(config.rateLimitExempt, config.rateLimitDeny);
   const servesAll = config.rateLimitMode === "report" ? "report_refused" : undefined;
-  const used = verdictOf !== undefined || servesAll !== undefined;
   return {
     verdictOf,
     servesAll,
     denied: { allowed: true, remaining: 0, resetSeconds: config.rateLimitWindowSeconds },
-    noted: used ? new WeakMap() : undefined,
   };
-}
-
-/** Notes why `response` was served or denied (when the access log may ask) and returns it. */
-function note(
-  noted: WeakMap<Response, string> | undefined,
-  response: Response,
-  why: ServedRefusal | "denied",
-): Response {
-  noted?.set(response, why);
-  return response;
 }
 
 /** What {@linkcode createHandler} builds once, at start-up. */
@@ -358,6 +373,8 @@ interface SetUp {
   answers: Answers;
   callerKeyOf: (headers: Pick<Headers, "get">, info: PeerInfo) => string;
   cache: ResponseCache;
+  /** The rate-limit field values every response carries alike. */
+  constants: RateLimitConstants;
   choose: Chooser;
   /** What a 500 reports when no decision was made. */
   noDecision: Decision;
@@ -369,6 +386,7 @@ function setUp(options: HandlerOptions): SetUp {
   const { config, content } = options;
   const now = options.now ?? Date.now;
   const answers = buildAnswers(config, content);
+  const constants = rateLimitConstants(policyOf(config));
   if (options.warmUp) scheduleWarmUp(answers.paths, options.warmUp);
   return {
     store: options.store,
@@ -379,7 +397,8 @@ function setUp(options: HandlerOptions): SetUp {
       forwardedHeader: config.forwardedHeader,
       ...(options.onNoAddress ? { onNoAddress: once(options.onNoAddress) } : {}),
     }),
-    cache: createResponseCache(rateLimitConstants(policyOf(config)), options.responseCache),
+    cache: createResponseCache(constants, options.responseCache),
+    constants,
     choose: createChooser(answers, options.requireHost ? { listenHostname: config.hostname } : {}),
     noDecision: undecided(policyOf(config)),
     record: options.accessLog ? createAccessRecorder(options.accessLog, now) : undefined,

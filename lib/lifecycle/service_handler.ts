@@ -33,6 +33,8 @@ export interface ServiceParts {
   noAddress: string;
   /** Options of the cache of prebuilt responses (Node keeps none). */
   responseCache?: ResponseCacheOptions;
+  /** Called once the warm-up has built every representation (every module is loaded by then). */
+  onWarm?: () => void;
 }
 
 /** The service's handler, its errors and warm-up reported as events. */
@@ -51,8 +53,10 @@ export function createServiceHandler(parts: ServiceParts): ServiceHandler {
     onNoAddress: () => event("error", parts.noAddress),
     warmUp: {
       signal: warmUpStop.signal,
-      onDone: ({ variants, ms }) =>
-        event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) }),
+      onDone: ({ variants, ms }) => {
+        parts.onWarm?.();
+        event("info", "warmed up: every representation built", { variants, ms: Math.round(ms) });
+      },
       onError: (error) =>
         event(
           "error",

@@ -14,6 +14,7 @@
  * @module
  */
 
+import { flushCompileCache } from "node:module";
 import process from "node:process";
 import { createAccessLog } from "../access_log.ts";
 import { loadConfig } from "../config/config.ts";
@@ -117,12 +118,16 @@ async function main(): Promise<void> {
     store,
     accessLog,
     lifecycle,
-    // A Response built per request, not a clone of a kept one: on Node a clone tees the body's
-    // stream and costs what building one costs (tests/bench/README.md, "Node"), and after a
-    // thousand unread responses the read of a kept one's clone never settles (Node 24 and 26).
+    // Node sends the handler's answers as they are (fast_path.ts) and builds no Response; should
+    // `fetch` be called, a Response built per request, not a kept one's clone: after a thousand
+    // unread responses the read of such a clone never settles on Node 24 and 26.
     responseCache: { keep: false },
     noAddress:
       "a request came from a peer with no IP address and no forwarded client address: every such caller shares ONE rate-limit budget. Said once.",
+    // Every module is loaded once the warm-up is done: the compile cache (`NODE_COMPILE_CACHE`, npm
+    // start) is written then, not at the exit, so the next start loads no type stripper (17 MiB)
+    // even if this one is killed (tests/bench/README.md, "Node").
+    onWarm: flushCompileCache,
   });
   let warned = false;
   const server = await serveNode(handler, {

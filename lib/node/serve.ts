@@ -5,7 +5,7 @@
  * - each request as the handler reads it (its method, its URL from `Host` and the target, its
  *   fields' `get` and `has`: not a `Request` built by undici, the largest cost measured) and the
  *   socket's address as the caller's `PeerInfo`;
- * - each `Response` sent whole with its `Content-Length` (the service's bodies are bytes it holds);
+ * - each answer written as the handler's wire form, with no `Response` built (`fast_path.ts`);
  * - a drain: once {@linkcode NodeServer.drain} is called, every response carries `Connection: close`,
  *   so that busy keep-alive clients stop reusing their connections before the listener stops (the
  *   same rule as Deno's, `lib/server/listener.ts`);
@@ -31,7 +31,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Handler } from "../handler.ts";
 import { createAcceptIncidents, type ListenerEvent } from "../lifecycle/listener_events.ts";
-import type { Refuse } from "../respond/refusal.ts";
+import type { PeerInfo } from "../limit/caller/caller_key.ts";
+import type { ReadHead, Refuse } from "../respond/refusal.ts";
+import { type AnswerSource, sendAnswer } from "./fast_path.ts";
 import { type ClientErrorOptions, createClientErrorListener } from "./http1/client_error.ts";
 import { createConnectListener } from "./http1/connect.ts";
 import { countResponse } from "./http1/in_flight.ts";
@@ -98,8 +100,12 @@ export interface NodeServer {
   closeAll(): void;
 }
 
-/** The service's handler, and its answer to the requests Node's parser refuses. */
-export type NodeHandler = Handler & { refuse: Refuse };
+/**
+ * The service's handler as Node's entry uses it: its answer and the answer's wire form (written
+ * with no `Response` built, `fast_path.ts`), its `fetch` and its answer to the requests Node's
+ * parser refuses (`http1/client_error.ts`).
+ */
+export type NodeHandler = Handler & AnswerSource & { refuse: Refuse };
 
 /** What each request is answered with: the handler, the drain's flag, the listener's authority. */
 interface AnswerState {
@@ -159,11 +165,7 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
   }, (req, res) => {
     // Counted, so that an answer Node's server does not write waits for it (http1/in_flight.ts).
     countResponse(req.socket, res);
-    answer(req, res, state).catch((error) => {
-      onError(error);
-      if (!res.headersSent) res.writeHead(500, { "content-length": "0" });
-      res.end();
-    });
+    answer(req, res, state, onError);
   });
   // One more than Deno takes, to tell a head with too many fields (Node drops those past the count).
   server.maxHeadersCount = MAX_FIELDS + 1;
@@ -225,32 +227,48 @@ function watchAccepts(server: Server, emit: (event: ListenerEvent) => void): voi
 }
 
 /**
- * Answers one request with the handler's response, or its refusal. The handler is given the request
- * as it reads it: its method, its URL as Deno builds it, and its fields' `get` and `has`; not a
- * `Request` built by undici, which costs more than the rest of a request on Node
+ * Answers one request with the handler's answer (`fast_path.ts`), or its refusal. The handler is
+ * given the request as it reads it: its method, its URL as Deno builds it, and its fields' `get` and
+ * `has`; not a `Request` built by undici, which costs more than the rest of a request on Node
  * (tests/bench/README.md, "Node"), while the handler reads nothing else (the service reads no body).
  */
-async function answer(
+function answer(
   req: IncomingMessage,
   res: ServerResponse,
   state: AnswerState,
-): Promise<void> {
+  onError: (error: unknown) => void,
+): void {
   const method = req.method ?? "GET";
   const headers = new RawFields(req.rawHeaders);
   const url = urlOf(method, req.url ?? "/", req.headers.host, state.fallback);
   const info = peerOf(req.socket);
   // A target its method cannot have, or more fields than Deno takes: Deno's parser's 400.
-  const refused = url === undefined || req.rawHeaders.length > 2 * MAX_FIELDS;
-  const response = refused
-    ? await state.handler.refuse("bad_request", { method, url, headers }, info)
-    : await state.handler({ method, url, headers } as unknown as Request, info);
+  if (url === undefined || req.rawHeaders.length > 2 * MAX_FIELDS) {
+    refuse(req, res, state, { method, url, headers }, info).catch((error) => {
+      onError(error);
+      if (!res.headersSent) res.writeHead(500, { "content-length": "0" });
+      res.end();
+    });
+    return;
+  }
+  const request = { method, url, headers } as unknown as Request;
+  sendAnswer(state.handler, request, info, res, { state, onError });
+}
+
+/** Answers a request Deno's parser would refuse with the handler's refusal, closing the connection. */
+async function refuse(
+  req: IncomingMessage,
+  res: ServerResponse,
+  state: AnswerState,
+  head: ReadHead,
+  info: PeerInfo,
+): Promise<void> {
+  const response = await state.handler.refuse("bad_request", head, info);
   const body = response.body === null ? undefined : new Uint8Array(await response.arrayBuffer());
   const fields: string[] = [];
   for (const [name, value] of response.headers) fields.push(name, value);
-  if (state.closing || refused) fields.push("connection", "close");
-  // As Deno sends them: the body's length, and none for a response without a body (a 304, a
-  // preflight's 204, HEAD: the handler gives those their own).
+  fields.push("connection", "close");
   if (body !== undefined) fields.push("content-length", String(body.length));
   res.writeHead(response.status, fields);
-  res.end(method === "HEAD" ? undefined : body);
+  res.end(req.method === "HEAD" ? undefined : body);
 }

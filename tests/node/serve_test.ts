@@ -17,6 +17,7 @@
 import assert from "node:assert/strict";
 import { type NodeHandler, type NodeServer, serveNode } from "../../lib/node/serve.ts";
 import { LINGER_MS } from "../../lib/node/http1/raw_response.ts";
+import { createWire } from "../../lib/respond/wire.ts";
 import { answeredHalfOpen, exchange, RAW_ANSWERED } from "./_raw_http.ts";
 
 /** Why these tests do not run under Deno, or undefined on Node (the harness's `Deno` has no version). */
@@ -39,18 +40,30 @@ const STORE_ROUND_TRIP_MS = 100;
 /**
  * A handler that answers GET 200 after {@linkcode STORE_ROUND_TRIP_MS}, any other method at once
  * with 501 (`CONNECT` 405, as the service does), and a refusal 400; each body names what it answers.
+ * Node's adapter sends the handler's `answer` through its `wire` (lib/node/fast_path.ts), so the
+ * handler gives those, `fetch` being unused there.
  */
 function slowStoreHandler(): NodeHandler {
-  const handler = async (request: Request) => {
+  const answerOf = (status: number, body: string) => ({
+    template: { status, body, fields: [] },
+    decision: { allowed: true, remaining: 59, resetSeconds: 60 },
+    outcome: undefined,
+  });
+  const answer = async (request: Request) => {
     const path = new URL(request.url).pathname;
     if (request.method === "GET") {
       await new Promise((resolve) => setTimeout(resolve, STORE_ROUND_TRIP_MS));
-      return new Response(`GET ${path}`, { status: 200 });
+      return answerOf(200, `GET ${path}`);
     }
-    const status = request.method === "CONNECT" ? 405 : 501;
-    return new Response(`${request.method} ${path}`, { status });
+    return answerOf(request.method === "CONNECT" ? 405 : 501, `${request.method} ${path}`);
+  };
+  const handler = async (request: Request) => {
+    const { template } = await answer(request);
+    return new Response(template.body, { status: template.status });
   };
   return Object.assign(handler, {
+    answer,
+    wire: createWire({ policy: '"default";q=60;w=60', limit: "60" }),
     refuse: (refusal: string) => new Response(refusal, { status: 400 }),
   }) as unknown as NodeHandler;
 }

@@ -235,17 +235,48 @@ export function rateLimitFields(
   decision: Decision,
   constants: RateLimitConstants,
 ): Array<readonly [string, string]> {
+  const flat = appendRateLimitFields([], decision, constants);
+  const fields: Array<readonly [string, string]> = [];
+  for (let i = 0; i < flat.length; i += 2) fields.push([flat[i]!, flat[i + 1]!]);
+  return fields;
+}
+
+/**
+ * Appends the rate-limit fields of `decision` to `into` as name, value, name, value... (the form
+ * `node:http`'s `writeHead` takes): the one place their names, order and values are written, for
+ * {@linkcode rateLimitFields} and for answers sent without a `Response` (`respond/wire.ts`).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const constants = { policy: '"default";q=60;w=60', limit: "60" };
+ * const refused = { allowed: false, remaining: 0, resetSeconds: 4 };
+ * assert.deepEqual(appendRateLimitFields(["vary", "Accept"], refused, constants).slice(-4), [
+ *   "ratelimit-reset", "4", "retry-after", "4",
+ * ]);
+ * ```
+ */
+export function appendRateLimitFields(
+  into: string[],
+  decision: Decision,
+  constants: RateLimitConstants,
+): string[] {
   const remaining = String(decision.remaining);
   const reset = String(decision.resetSeconds);
-  const fields: Array<readonly [string, string]> = [
-    ["ratelimit-policy", constants.policy],
-    ["ratelimit", rateLimitValue(remaining, reset)],
-    ["ratelimit-limit", constants.limit],
-    ["ratelimit-remaining", remaining],
-    ["ratelimit-reset", reset],
-  ];
-  if (!decision.allowed) fields.push(["retry-after", reset]);
-  return fields;
+  into.push(
+    "ratelimit-policy",
+    constants.policy,
+    "ratelimit",
+    rateLimitValue(remaining, reset),
+    "ratelimit-limit",
+    constants.limit,
+    "ratelimit-remaining",
+    remaining,
+    "ratelimit-reset",
+    reset,
+  );
+  if (!decision.allowed) into.push("retry-after", reset);
+  return into;
 }
 
 /**
