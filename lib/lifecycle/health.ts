@@ -10,7 +10,7 @@
  * every instance out of the load balancer together, while the failure policy still answers each
  * caller (`open` admits, `closed` refuses with its own 429 and `Retry-After`). An instance that
  * cannot reach its store is as ready as any other; the breaker's events and metrics say the outage
- * (deploy/README.md, "Probes: HEALTH_PORT").
+ * (deploy/README.md, "Probes").
  *
  * Every answer is a small JSON body built once: the method and the path are all that is read (no
  * `Host`, no other field, the query ignored), so a probe costs what a lookup costs.
