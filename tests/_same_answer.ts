@@ -2,12 +2,14 @@
  * Whether two answers to one request are the same answer: the status, every field that does not
  * change per request, and the body's bytes; where one sent a content coding the other had not built
  * yet (each builds its compressed bodies in its warm-up; the in-process test server has none), the
- * representation compared decoded, its ETag without the coding's suffix.
+ * representation compared decoded, and each ETag held to the rule that it names the bytes sent: the
+ * SHA-256 of the body received, with the coding appended for a coded one (`lib/http/representation.ts`).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import { toBase64 } from "../lib/text/base64.ts";
 import { decodeBody } from "./_contract.ts";
 import type { RawResponse } from "./_server.ts";
 
@@ -29,9 +31,13 @@ export function fixedFields(response: RawResponse): Array<[string, string]> {
 
 /**
  * Asserts that `actual` is `expected`'s answer: the status, the fixed fields and the body's bytes
- * (decoded where only one of them is encoded).
+ * (decoded where only one of them is encoded, each ETag then checked against its own bytes).
  */
-export function assertSameAnswer(actual: RawResponse, expected: RawResponse, what: string): void {
+export async function assertSameAnswer(
+  actual: RawResponse,
+  expected: RawResponse,
+  what: string,
+): Promise<void> {
   assert.equal(actual.status, expected.status, what);
   const coding = (response: RawResponse) => response.headers.get("content-encoding");
   if (coding(actual) === coding(expected)) {
@@ -41,9 +47,22 @@ export function assertSameAnswer(actual: RawResponse, expected: RawResponse, wha
   }
   const decoded = (response: RawResponse) => ({
     fields: fixedFields(response)
-      .filter(([name]) => name !== "content-encoding" && name !== "content-length")
-      .map(([name, value]) => [name, name === "etag" ? value.replace(/-(br|gzip)"$/, '"') : value]),
+      .filter(([name]) => !["content-encoding", "content-length", "etag"].includes(name)),
     body: decodeBody(response.body, coding(response)),
   });
   assert.deepEqual(decoded(actual), decoded(expected), `${what} (decoded)`);
+  for (const [side, response] of [["actual", actual], ["expected", expected]] as const) {
+    const etag = response.headers.get("etag");
+    if (etag === null) continue;
+    const suffix = coding(response) === null ? "" : `-${coding(response)}`;
+    assert.equal(etag, `"${await tagOf(response.body)}${suffix}"`, `${what}: ${side}'s ETag`);
+  }
+  // A tag on one side only would be a field the other lacks.
+  assert.equal(actual.headers.has("etag"), expected.headers.has("etag"), `${what}: ETag on both`);
+}
+
+/** The tag of `bytes` as the service makes it: SHA-256, base64url without padding. */
+async function tagOf(bytes: Uint8Array): Promise<string> {
+  const hash = await crypto.subtle.digest("SHA-256", new Uint8Array(bytes));
+  return toBase64(new Uint8Array(hash), true);
 }

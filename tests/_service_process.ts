@@ -33,6 +33,11 @@ export interface StartOptions {
    */
   stdoutEvents?: boolean;
   /**
+   * Called with each event as it is read, before the process is said to listen: to act at a
+   * moment of the start-up (such as a signal the moment a line is written), with `kill` to signal it.
+   */
+  onEvent?: (event: Record<string, unknown>, kill: (signal: Deno.Signal) => void) => void;
+  /**
    * Run under libfaketime with this offset (`FAKETIME`, such as `+30s`): the process's wall clock
    * (Date.now) is that far from the machine's. Preloaded into the service itself, not through the
    * `faketime` wrapper, which does not pass SIGTERM on. The monotonic clock is left alone
@@ -155,6 +160,7 @@ export async function startService(
           continue;
         }
         events.push(event);
+        options.onEvent?.(event, (signal) => child.kill(signal));
         if (event.message === "listening") listening(String(event.address).replace(/\/$/, ""));
       }
     }

@@ -300,3 +300,21 @@ Deno.test("CONTENT_SIGNAL takes the three keys once each, yes or no, in any orde
     assert.doesNotMatch(errors[0]!, /\n/);
   }
 });
+
+Deno.test("loadConfig() reads HEALTH_PORT: unset is no operator port; a port number apart from PORT", () => {
+  assert.equal(configOf({}).healthPort, undefined);
+  assert.equal(configOf({ HEALTH_PORT: " " }).healthPort, undefined);
+  assert.equal(configOf({ HEALTH_PORT: "8081" }).healthPort, 8081);
+  // Two free ports, chosen apart by the system.
+  const twoFree = { PORT: "0", HEALTH_PORT: "0", PUBLIC_BASE_URL: "http://127.0.0.1" };
+  assert.equal(configOf(twoFree).healthPort, 0);
+  assert.match(errorsOf({ HEALTH_PORT: "livez" })[0]!, /^HEALTH_PORT must be a whole number/);
+  assert.match(errorsOf({ HEALTH_PORT: "65536" })[0]!, /^HEALTH_PORT must be from 0 to 65535/);
+  assert.deepEqual(errorsOf({ PORT: "9000", HEALTH_PORT: "9000" }), [
+    "HEALTH_PORT must differ from PORT (both 9000): probes have a port of their own, never the public one, so set HEALTH_PORT to another port (e.g. 8081)",
+  ]);
+  // The default PORT counts too.
+  assert.match(errorsOf({ HEALTH_PORT: "8000" })[0]!, /^HEALTH_PORT must differ from PORT/);
+  // A PORT that is itself wrong is said once, not compared.
+  assert.equal(errorsOf({ PORT: "x", HEALTH_PORT: "8000" }).length, 1);
+});

@@ -241,6 +241,42 @@ Deno.test("main.ts --listen on a taken port says so in one line and exits 1", as
   }
 });
 
+Deno.test("main.ts --listen on a taken HEALTH_PORT names HEALTH_PORT in one line and exits 1", async () => {
+  const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  try {
+    const port = taken.addr.port;
+    const output = await runMain({
+      PORT: "0",
+      HEALTH_PORT: String(port),
+      HOSTNAME: "127.0.0.1",
+      PUBLIC_BASE_URL: "http://127.0.0.1",
+    });
+    assert.equal(output.code, 1, output.stderr);
+    assert.equal(
+      output.stderr,
+      `Cannot listen on 127.0.0.1:${port}: HEALTH_PORT ${port} is already in use, so stop the process holding it or set HEALTH_PORT to a free port; nothing is served.\n`,
+    );
+  } finally {
+    taken.close();
+  }
+});
+
+Deno.test("under deno serve, HEALTH_PORT is refused at start, exit 1: the runtime owns the listeners", async () => {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["serve", "--host", "127.0.0.1", "--port", String(freePort()), ...PERMISSIONS, MAIN],
+    cwd: ROOT,
+    env: { PUBLIC_BASE_URL: "http://127.0.0.1", HEALTH_PORT: "8081", NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "piped",
+    // A service that served instead would never exit: killed, it fails the exit-code check.
+    signal: AbortSignal.timeout(20_000),
+  }).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /^ {2}- HEALTH_PORT is served by main\.ts --listen .*unset HEALTH_PORT/m);
+  assert.equal(output.stdout.length, 0);
+});
+
 Deno.test("main.ts --listen with REUSE_PORT=true but without --unstable-net says so in one line and exits 1", async () => {
   const output = await runMain({
     PORT: "0",

@@ -14,8 +14,10 @@ import { errorCodeOf, messageOf, namedMessageOf } from "../text/error_message.ts
 export interface ListenTarget {
   /** `HOSTNAME`. */
   hostname: string;
-  /** `PORT`. */
+  /** `PORT`, or `HEALTH_PORT`'s value for the operator port. */
   port: number;
+  /** The variable that named the port: `PORT` by default. */
+  portVariable?: "PORT" | "HEALTH_PORT";
 }
 
 /** Whether `error` is Deno's error class `name` or carries one of Node's `codes`. */
@@ -37,14 +39,17 @@ function is(error: unknown, name: string, codes: readonly string[] = []): boolea
  *   const sentence = explainListenError(error, { hostname: "0.0.0.0", port: 8000 });
  *   assert.match(sentence, /PORT 8000 is already in use/);
  * }
+ * const health = { hostname: "0.0.0.0", port: 8081, portVariable: "HEALTH_PORT" } as const;
+ * assert.match(explainListenError(onNode, health), /set HEALTH_PORT to a free port/);
  * ```
  */
 export function explainListenError(error: unknown, target: ListenTarget): string {
   const where = `Cannot listen on ${target.hostname}:${target.port}`;
+  const port = target.portVariable ?? "PORT";
   let reason: string;
   if (is(error, "AddrInUse", ["EADDRINUSE"])) {
     reason =
-      `PORT ${target.port} is already in use, so stop the process holding it or set PORT to a free port`;
+      `${port} ${target.port} is already in use, so stop the process holding it or set ${port} to a free port`;
   } else if (is(error, "AddrNotAvailable", ["EADDRNOTAVAIL", "ENOTFOUND", "EAI_AGAIN"])) {
     reason =
       `HOSTNAME ${target.hostname} is not an address of this machine, so set HOSTNAME to one of its addresses, 0.0.0.0 or ::`;
@@ -55,13 +60,13 @@ export function explainListenError(error: unknown, target: ListenTarget): string
       "this process may not use the network under Node's permission model, so run it with --allow-net or without --permission";
   } else if (is(error, "PermissionDenied", ["EACCES", "EPERM"])) {
     reason =
-      `this user may not bind PORT ${target.port}, so set PORT to 1024 or above or grant the capability CAP_NET_BIND_SERVICE`;
+      `this user may not bind ${port} ${target.port}, so set ${port} to 1024 or above or grant the capability CAP_NET_BIND_SERVICE`;
   } else if (is(error, "NotSupported")) {
     reason = `${
       messageOf(error)
     }, so add it to the command (deno task start and the compiled binary pass it) or unset REUSE_PORT`;
   } else {
-    reason = `${messageOf(error)}, so check HOSTNAME and PORT`;
+    reason = `${messageOf(error)}, so check HOSTNAME and ${port}`;
   }
   return `${where}: ${reason}; nothing is served.`;
 }

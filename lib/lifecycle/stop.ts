@@ -1,7 +1,8 @@
 /**
  * The start and stop of a process that listens itself (Deno's `main.ts --listen`, Node's entry),
  * written once: its phase (starting, serving, stopping: a stop that begins is observable, for a
- * readiness probe to turn), and the stop at SIGTERM or SIGINT with its timing.
+ * readiness probe to turn: `health.ts`), the stop signals heard before the entry listens, and the
+ * stop at SIGTERM or SIGINT with its timing.
  *
  * The stop: answer with `Connection: close` for {@linkcode DRAIN_MS}, so that busy keep-alive
  * clients stop reusing their connections before they are closed under them; stop listening and
@@ -74,6 +75,56 @@ export function createLifecycle(): Lifecycle {
       phase = "stopping";
       for (const listener of listeners) listener(signal);
       return true;
+    },
+  };
+}
+
+/** The signals that stop a process that listens itself. */
+export const STOP_SIGNALS = ["SIGTERM", "SIGINT"] as const;
+
+/** One of {@linkcode STOP_SIGNALS}. */
+export type StopSignal = typeof STOP_SIGNALS[number];
+
+/** The stop signals, heard from {@linkcode hearStopSignals} on. */
+export interface StopSignals {
+  /** What to do at a signal from now on; a signal heard before is handed to it at once. */
+  ready(stop: (signal: StopSignal) => void): void;
+}
+
+/**
+ * Listens for the stop signals through `listen` (`Deno.addSignalListener`, `process.on`) before
+ * the entry listens, so that no moment is left, once "listening" is said, in which a signal would
+ * still meet the runtime's default (the process killed, no stop). A signal heard before the entry
+ * is {@linkcode StopSignals.ready} waits for it: the listeners' start is one step, and the stop
+ * begins as soon as there is a server to stop.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const handlers = new Map<string, () => void>();
+ * const signals = hearStopSignals((signal, handler) => handlers.set(signal, handler));
+ * handlers.get("SIGTERM")!();
+ * const stops: string[] = [];
+ * signals.ready((signal) => stops.push(signal));
+ * handlers.get("SIGINT")!();
+ * assert.deepEqual(stops, ["SIGTERM", "SIGINT"]);
+ * ```
+ */
+export function hearStopSignals(
+  listen: (signal: StopSignal, handler: () => void) => void,
+): StopSignals {
+  let stop: ((signal: StopSignal) => void) | undefined;
+  let heard: StopSignal | undefined;
+  for (const signal of STOP_SIGNALS) {
+    listen(signal, () => {
+      if (stop === undefined) heard ??= signal;
+      else stop(signal);
+    });
+  }
+  return {
+    ready(given) {
+      stop = given;
+      if (heard !== undefined) given(heard);
     },
   };
 }

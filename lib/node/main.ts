@@ -2,7 +2,8 @@
  * The service on Node.js (24.7 and later: `npm ci && npm start`, or `node lib/node/main.ts`), read top
  * to bottom as `main.ts` is for Deno: check the runtime and the npm packages, configure from the
  * environment, open the store, build the same handler (`lib/lifecycle/service_handler.ts`), serve it
- * on `HOSTNAME:PORT` (`serve.ts`), and stop gracefully on SIGTERM and SIGINT, or when `npm start`'s
+ * on `HOSTNAME:PORT` (`serve.ts`), with the operator port on `HEALTH_PORT` when set
+ * (`health_listener.ts`), and stop gracefully on SIGTERM and SIGINT, or when `npm start`'s
  * npm is gone (`npm_parent.ts`), as every entry stops (`lib/lifecycle/stop.ts`). Events are JSON
  * lines on stderr, the access log is on stdout (`events.ts`: neither ever waits for its reader), and
  * a failed start is one sentence and exit 1.
@@ -17,7 +18,7 @@
 import { flushCompileCache } from "node:module";
 import process from "node:process";
 import { createAccessLog } from "../access_log.ts";
-import { loadConfig } from "../config/config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import { openRateLimitStore } from "../limit/open_store.ts";
 import { isSqliteOpenFailure } from "../limit/sqlite/open_failure.ts";
@@ -25,7 +26,12 @@ import { errorFields, event, fatal, fatalSentence } from "../lifecycle/events.ts
 import { logListenerEvent } from "../lifecycle/listener_events.ts";
 import { createServiceHandler } from "../lifecycle/service_handler.ts";
 import { explainListenError, explainStartupError } from "../lifecycle/startup_errors.ts";
-import { createLifecycle, type Lifecycle, stopGracefully } from "../lifecycle/stop.ts";
+import {
+  createLifecycle,
+  hearStopSignals,
+  type Lifecycle,
+  stopGracefully,
+} from "../lifecycle/stop.ts";
 import { sayStartWarnings } from "../lifecycle/warnings.ts";
 import { loadContent } from "../pages/content.ts";
 import { storeEventOptions } from "../store_events.ts";
@@ -33,9 +39,10 @@ import { STDERR_LINES, STDOUT_LINES, useNodeEvents } from "./events.ts";
 import { NODE_STATIC_FILES } from "./files.ts";
 import { useCompressor } from "../http/representation.ts";
 import { compressLikeDeno } from "./compress.ts";
+import { serveHealthNode } from "./health_listener.ts";
 import { watchNpmParent } from "./npm_parent.ts";
 import { missingPackages, missingPackagesSentence } from "./packages.ts";
-import { type NodeServer, serveNode } from "./serve.ts";
+import { type NodeHandler, type NodeServer, serveNode } from "./serve.ts";
 
 /** The oldest Node this runs on: `CompressionStream` has brotli from 24.7. */
 const MIN_NODE: readonly [number, number] = [24, 7];
@@ -102,6 +109,39 @@ function stopOn(
     });
 }
 
+/**
+ * Listens: on the operator port first when `HEALTH_PORT` is set (a probe never finds the public
+ * port serving before it), then on the public port, the start-up warnings said once before its
+ * "listening", as Deno's entry says them; one sentence and exit 1 when either cannot.
+ */
+async function listen(
+  handler: NodeHandler,
+  config: Config,
+  lifecycle: Lifecycle,
+): Promise<NodeServer> {
+  if (config.healthPort !== undefined) {
+    const target = { hostname: config.hostname, port: config.healthPort };
+    await serveHealthNode(lifecycle, config).catch((error) =>
+      fatalSentence(explainListenError(error, { ...target, portVariable: "HEALTH_PORT" }))
+    );
+  }
+  let warned = false;
+  return await serveNode(handler, {
+    hostname: config.hostname,
+    port: config.port,
+    reusePort: config.reusePort,
+    onEvent: (listenerEvent) => {
+      // A listener that could not start says only why.
+      if (listenerEvent.kind === "listening" && !warned) {
+        warned = true;
+        sayStartWarnings({ config, entry: "node", now: Date.now() });
+      }
+      logListenerEvent(listenerEvent, config.baseUrl, { runtime: "node" });
+    },
+    onError: (error) => event("error", "a response could not be sent", errorFields(error)),
+  }).catch((error) => fatalSentence(explainListenError(error, config)));
+}
+
 /** Checks, configures, opens the store, serves, and stops at SIGTERM or SIGINT. */
 async function main(): Promise<void> {
   await checkRuntime();
@@ -129,25 +169,12 @@ async function main(): Promise<void> {
     // even if this one is killed (tests/bench/README.md, "Node").
     onWarm: flushCompileCache,
   });
-  let warned = false;
-  const server = await serveNode(handler, {
-    hostname: config.hostname,
-    port: config.port,
-    reusePort: config.reusePort,
-    onEvent: (listenerEvent) => {
-      // The start-up warnings, once, before the first "listening" (a listener that could not start
-      // says only why), as Deno's entry says them.
-      if (listenerEvent.kind === "listening" && !warned) {
-        warned = true;
-        sayStartWarnings({ config, entry: "node", now: Date.now() });
-      }
-      logListenerEvent(listenerEvent, config.baseUrl, { runtime: "node" });
-    },
-    onError: (error) => event("error", "a response could not be sent", errorFields(error)),
-  }).catch((error) => fatalSentence(explainListenError(error, config)));
+  // Heard before anything listens: once "listening" is said, a signal always meets the stop.
+  const signals = hearStopSignals((signal, handler) => process.on(signal, handler));
+  const server = await listen(handler, config, lifecycle);
   lifecycle.serving();
   const stop = stopOn(lifecycle, server, { store, flush: () => accessLog?.flush() });
-  for (const signal of ["SIGTERM", "SIGINT"] as const) process.on(signal, () => void stop(signal));
+  signals.ready((signal) => void stop(signal));
   watchNpmParent(() => {
     event("warn", "npm start's npm process is gone: stopping as on SIGTERM");
     void stop("SIGTERM");

@@ -85,7 +85,8 @@ export function deployUrl(read: RawEnv): string | undefined {
 
 /**
  * The environment the service configures itself from. Off Deno Deploy it is `read` as it is. On
- * Deploy: `PORT` and `HOSTNAME` are not read (the platform chooses the address); an unset
+ * Deploy: `PORT` and `HOSTNAME` are not read (the platform chooses the address); `HEALTH_PORT`
+ * stops start-up (the platform routes one address to the app and probes none); an unset
  * `PUBLIC_BASE_URL` is the timeline's documented URL, or start-up stops when it cannot be derived;
  * `RATE_LIMIT_STORE_TIMEOUT_MS` defaults to {@linkcode DEPLOY_STORE_TIMEOUT_MS} and
  * `RATE_LIMIT_CONSISTENCY` to {@linkcode DEPLOY_CONSISTENCY}.
@@ -106,6 +107,8 @@ export function deployUrl(read: RawEnv): string | undefined {
  * assert.equal(result.env("PORT"), undefined);
  * assert.equal(result.env("RATE_LIMIT_STORE_TIMEOUT_MS"), "1000");
  * assert.equal(result.env("RATE_LIMIT_CONSISTENCY"), "local-first");
+ * env.HEALTH_PORT = "8081";
+ * assert.match(deployEnv((name) => env[name]).errors[0]!, /^HEALTH_PORT cannot be served on Deno Deploy/);
  * ```
  */
 export function deployEnv(read: RawEnv): DeployEnv {
@@ -119,6 +122,11 @@ export function deployEnv(read: RawEnv): DeployEnv {
     RATE_LIMIT_CONSISTENCY: DEPLOY_CONSISTENCY,
   };
   const result: DeployEnv = { env: read, errors: [] };
+  if (set("HEALTH_PORT") !== undefined) {
+    result.errors.push(
+      "HEALTH_PORT cannot be served on Deno Deploy, which routes one address to the app and probes no port of its own: unset it (the platform starts and stops instances itself)",
+    );
+  }
   if (set("PUBLIC_BASE_URL") === undefined) {
     const derived = deployUrl(read);
     if (derived === undefined) {

@@ -108,6 +108,8 @@ export interface ResilientServeOptions {
   reusePort?: boolean;
   /** Receives the first `listening`, then one `accept_failed` and one `recovered` per incident. */
   onEvent?: (event: ListenerEvent) => void;
+  /** Whether the listener leaves the process free to exit (the operator port's: `health_listener.ts`). */
+  unref?: boolean;
 }
 
 /** A server started by {@linkcode serveResilient}. */
@@ -170,6 +172,7 @@ export function serveResilient(
 
   const listen = (where: ListenAt): Deno.HttpServer<Deno.Addr> => {
     const server = Deno.serve(serveOptions(where, options.reusePort), handler);
+    if (options.unref) server.unref();
     servers.add(server);
     server.finished.then(
       () => servers.delete(server),

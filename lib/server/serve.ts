@@ -1,8 +1,9 @@
 /**
  * Serving the handler on Deno: on `HOSTNAME:PORT` with a drain and the graceful stop of
  * `lib/lifecycle/stop.ts` on SIGTERM and SIGINT when the process listens itself (`--listen`, Deno
- * Deploy), or leaving the listener to the runtime (`deno serve`: `runtime_serve.ts`); the start-up
- * warnings (`lib/lifecycle/warnings.ts`) said once it listens.
+ * Deploy), with the operator port on `HEALTH_PORT` when set (`health_listener.ts`), or leaving the
+ * listener to the runtime (`deno serve`: `runtime_serve.ts`, where `HEALTH_PORT` is refused); the
+ * start-up warnings (`lib/lifecycle/warnings.ts`) said once it listens.
  *
  * @module
  */
@@ -13,11 +14,25 @@ import type { Handler } from "../handler.ts";
 import type { RateLimitStore } from "../limit/core/decision.ts";
 import type { Telemetry } from "../telemetry/load.ts";
 import { type ListenerEvent, logListenerEvent } from "../lifecycle/listener_events.ts";
-import { type Lifecycle, stopGracefully, type StopParts } from "../lifecycle/stop.ts";
+import { fatal } from "../lifecycle/events.ts";
+import {
+  hearStopSignals,
+  type Lifecycle,
+  stopGracefully,
+  type StopParts,
+} from "../lifecycle/stop.ts";
 import { sayStartWarnings } from "../lifecycle/warnings.ts";
 import { fatalExplained, STDERR_LINES, STDOUT_LINES } from "./events.ts";
+import { serveHealth } from "./health_listener.ts";
 import { createDrain, type ResilientServer, serveResilient } from "./listener.ts";
 import { runtimeStop, watchWorkers } from "./runtime_serve.ts";
+
+/**
+ * Why `deno serve` refuses `HEALTH_PORT`: the runtime owns its listeners and stop, and under
+ * `--parallel` every worker runs main.ts, so each would ask for the one port.
+ */
+const HEALTH_PORT_UNDER_DENO_SERVE =
+  "HEALTH_PORT is served by main.ts --listen (deno task start, the compiled binary) and npm start, not under deno serve, whose runtime owns the listeners and whose --parallel workers would each ask for the port: unset HEALTH_PORT, or start with deno task start";
 
 /** What {@linkcode serve} serves with. */
 export interface ServeOptions {
@@ -45,6 +60,7 @@ export async function serve(
   const { config, listen } = options;
   if (!listen) {
     if (options.main) {
+      if (config.healthPort !== undefined) await fatal([HEALTH_PORT_UNDER_DENO_SERVE]);
       await watchWorkers(config);
       // The runtime owns the listener: on SIGTERM or SIGINT it finishes the requests in flight,
       // then unloads the module. Exiting at the signal would cut them short; the lines they log
@@ -53,6 +69,10 @@ export async function serve(
     }
     return { finished: Promise.resolve() };
   }
+  // Heard before anything listens: once "listening" is said, a signal always meets the stop.
+  const signals = hearStopSignals((signal, handler) => Deno.addSignalListener(signal, handler));
+  // The operator port first: a probe never finds the public port serving before it.
+  if (config.healthPort !== undefined) await serveHealth(options.lifecycle, config);
   const drain = createDrain();
   let server: ResilientServer;
   try {
@@ -66,10 +86,8 @@ export async function serve(
     server = await fatalExplained((startup) => startup.explainListenError(error, config));
   }
   const parts = stopParts(server, () => drain.close(), options);
-  for (const signal of ["SIGTERM", "SIGINT"] as const) {
-    Deno.addSignalListener(signal, () => void stopGracefully(options.lifecycle, signal, parts));
-  }
   options.lifecycle.serving();
+  signals.ready((signal) => void stopGracefully(options.lifecycle, signal, parts));
   // Never settles: the stop exits the process. Were it `server.finished`, main.ts's evaluation would
   // end while the store closes (Redis takes a round trip), and Deno then prints its non-JSON warning
   // about a default `fetch` export run with `deno run` (runtime/js/99_main.js, the main module

@@ -10,7 +10,8 @@
  *   and the container exits 0 well within the stop's 10 s;
  * - read-only, published: one caller's 100 requests admit 60 and refuse 40, each logged;
  * - read-only without a network (`--network none`): it starts from what the build put in the
- *   image (no npm package, lockfile or cache fetched or written), and its HEALTHCHECK passes;
+ *   image (no npm package, lockfile or cache fetched or written), and its HEALTHCHECK passes on
+ *   the operator port (`HEALTH_PORT`), in no access-log line;
  * - on a writable root: serving writes nothing (`diff` shows only what the engine adds to a
  *   container that runs nothing).
  *
@@ -134,7 +135,11 @@ Deno.test("read-only with only PUBLIC_BASE_URL: every path answers as the source
         const what = `${method} ${path} ${JSON.stringify(headers)}`;
         const answer = await rawRequest(url, path, { method, headers });
         if (answer.status === 429) assert.fail(`${what}: refused; the test sends too many`);
-        assertSameAnswer(answer, await rawRequest(reference.url, path, { method, headers }), what);
+        await assertSameAnswer(
+          answer,
+          await rawRequest(reference.url, path, { method, headers }),
+          what,
+        );
         try {
           contract.check(path, method, answer);
         } catch (error) {
@@ -210,7 +215,11 @@ Deno.test({
       await container.event("warmed up: every representation built");
       const health = await engine(which, ["healthcheck", "run", container.name]);
       assert.equal(health.code, 0, `${health.stdout}${health.stderr}`);
-      await stopAndCheck(container);
+      const { stdout, stderr } = await stopAndCheck(container);
+      // The image's HEALTH_PORT: the probe asked the operator port, which no access-log line counts.
+      const listening = stderr.find((event) => event.message === "health port listening");
+      assert.equal(listening?.address, "http://0.0.0.0:8081/");
+      assert.deepEqual(stdout, [], "the probe is in no access-log line");
     } finally {
       await container.remove();
     }
