@@ -30,12 +30,13 @@
  * round trip). What it costs: a request of a likely refused caller waits `waitMs` at most in all
  * (a slow store answering "admitted, nothing left" again and again wakes the waiters one round
  * trip at a time, and without the deadline the last of `c` waited `c` round trips), then makes one
- * bounded call of its own. Bounded: an entry per caller with a call sent within two `waitMs`, a
- * waiter and its timer per waiting request, and {@linkcode SPARE_FLIGHTS} spare entries.
+ * bounded call of its own. Bounded: an entry per caller with a call in flight (a lost call's until
+ * pruned, so sent within two `waitMs`), a waiter and its timer per waiting request, and
+ * {@linkcode SPARE_FLIGHTS} spare entries: nothing stays per caller once its calls have answered.
  *
- * The path where nobody waits allocates nothing: a caller's entry stays (for its next calls) until
- * pruned, once per `waitMs`, and is then kept for another caller's ({@linkcode SPARE_FLIGHTS}); the
- * set of waiters is made by the first request that waits.
+ * The path where nobody waits allocates nothing: a caller's entry leaves the map when its last
+ * call answers (or when pruned, once per `waitMs`, for a lost call) and is kept for another call's
+ * ({@linkcode SPARE_FLIGHTS}); the set of waiters is made by the first request that waits.
  *
  * @module
  */
@@ -168,16 +169,21 @@ export class CallsInFlight {
   }
 
   /**
-   * Counts a call of `key` as answered (its answer remembered), and wakes its waiters. The entry
-   * stays until pruned: a caller's next call reuses it, and the map does not churn.
+   * Counts a call of `key` as answered (its answer remembered), and wakes its waiters. With no
+   * call of the caller's left in flight its entry leaves the map, kept for another call's: the
+   * process holds nothing per caller between calls (tests/limit/exact_memory_test.ts).
    */
   answered(key: string): void {
     const flight = this.#flights.get(key);
     if (flight === undefined) return;
     if (flight.calls > 0) flight.calls--;
     const waiting = flight.waiting;
-    if (waiting === undefined) return;
     flight.waiting = undefined;
+    if (flight.calls === 0) {
+      this.#flights.delete(key);
+      if (this.#spare.length < SPARE_FLIGHTS) this.#spare.push(flight);
+    }
+    if (waiting === undefined) return;
     for (const wake of waiting) wake(); // each removes itself; the set is dropped
   }
 
