@@ -68,7 +68,20 @@ async function denoUrlWithoutHost(hostname: string): Promise<{ url: string; port
   return { url, port: server.addr.port };
 }
 
-Deno.test("fallbackAuthority() writes the authority Deno writes for a request without Host, listener by listener", async () => {
+/** Why the comparison with Deno's server is ignored (npm test on Node), or undefined under Deno. */
+const notOnDeno = "version" in Deno ? undefined : "it asks Deno's own server, which Node has not";
+
+Deno.test({
+  name:
+    `fallbackAuthority() writes the authority Deno writes for a request without Host, listener by listener${
+      notOnDeno === undefined ? "" : ` (ignored: ${notOnDeno})`
+    }`,
+  ignore: notOnDeno !== undefined,
+  fn: compareWithDeno,
+});
+
+/** Holds fallbackAuthority() to the URL Deno's server writes for each loopback listener. */
+async function compareWithDeno(): Promise<void> {
   // Loopback listeners only (tests stay on this machine); 0.0.0.0 and :: are in address_test's table.
   for (const hostname of ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"]) {
     let seen: { url: string; port: number };
@@ -85,4 +98,4 @@ Deno.test("fallbackAuthority() writes the authority Deno writes for a request wi
       `a listener on ${hostname}`,
     );
   }
-});
+}
