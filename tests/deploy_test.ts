@@ -17,6 +17,9 @@ import { findTool, toolUnavailableReason } from "./_tools.ts";
 import { STOP_DEADLINE_MS } from "../lib/lifecycle/stop.ts";
 import { exitFlushBoundMs } from "../lib/telemetry/enabled.ts";
 import { EXIT_WATCHDOG_MARGIN_MS } from "../lib/telemetry/otel.ts";
+import { loadConfig } from "../lib/config/config.ts";
+import { recordEnv } from "../lib/config/env.ts";
+import { MOST_TIMEOUTS_PER_DECISION } from "../lib/limit/guard/guarded_store.ts";
 import {
   DEPLOY,
   get,
@@ -468,4 +471,25 @@ Deno.test({
       await Promise.all(servers.map((server) => server.shutdown()));
     }
   },
+});
+
+Deno.test("nginx's read timeout outlasts the longest decision at the default store timeout, and deploy/README.md and nginx.conf state the rule by MOST_TIMEOUTS_PER_DECISION", () => {
+  const loaded = loadConfig(recordEnv({}));
+  assert.ok(loaded.ok);
+  const storeTimeoutMs = loaded.config.rateLimitStoreTimeoutMs;
+  const { readTimeoutMs } = hangTimeouts();
+  // A second beside the store's timeouts for the event loop's own delays (deploy/README.md).
+  assert.ok(
+    readTimeoutMs >= MOST_TIMEOUTS_PER_DECISION * storeTimeoutMs + 1000,
+    `proxy_read_timeout ${readTimeoutMs} ms`,
+  );
+  // The largest store timeout the shipped read timeout holds: above it, the rule must be applied.
+  const above = Math.floor((readTimeoutMs - 1000) / MOST_TIMEOUTS_PER_DECISION / 100) * 100;
+  const rule = new RegExp(
+    `RATE_LIMIT_STORE_TIMEOUT_MS\`? above ${above} ms, keep .{0,60}at ${MOST_TIMEOUTS_PER_DECISION} times it plus 1 s or more`,
+  );
+  const readme = Deno.readTextFileSync(join(DEPLOY, "README.md"));
+  const flat = (text: string) => text.replace(/\n\s*#?\s*/g, " ");
+  assert.match(flat(readme), rule);
+  assert.match(flat(NGINX_CONF), rule);
 });

@@ -231,6 +231,54 @@ export function cidrSetHas(set: CidrSet, bytes: IpBytes): boolean {
   return false;
 }
 
+/** Loopback: 127.0.0.0/8 and ::1 (an IPv4-mapped address is not matched: see {@linkcode isLoopbackHost}). */
+export const LOOPBACK: CidrSet = parseCidrSet("127.0.0.0/8,::1/128").set;
+
+/**
+ * Whether `host`, a host name or address as a URL or a listen setting writes it (brackets and case
+ * as written), names this machine: `localhost`, or a loopback address (127.0.0.0/8, `::1`). An
+ * IPv4-mapped address (`::ffff:127.0.0.1`) is not, as Rust's `is_loopback`, which Deno asks, says.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(isLoopbackHost("127.0.0.2"), true);
+ * assert.equal(isLoopbackHost("[::1]"), true);
+ * assert.equal(isLoopbackHost("LocalHost"), true);
+ * assert.equal(isLoopbackHost("0.0.0.0"), false);
+ * assert.equal(isLoopbackHost("localhost.example"), false);
+ * ```
+ */
+export function isLoopbackHost(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, "").toLowerCase();
+  if (bare === "localhost") return true;
+  const bytes = parseIp(bare);
+  return bytes !== undefined && cidrSetHas(LOOPBACK, bytes);
+}
+
+/**
+ * Whether a server listening on `host` is named `localhost` in the URL the runtime builds for a
+ * request that named no host: a loopback host ({@linkcode isLoopbackHost}) or an unspecified
+ * address (`0.0.0.0`, `::`). Deno's rule (ext/http/request_properties.rs, `req_host_from_addr`:
+ * `is_loopback() || is_unspecified()`), measured: a listener on `127.0.0.2` or `::` is named
+ * `localhost`, one on `::ffff:127.0.0.1` `[::ffff:127.0.0.1]`. Node's entry writes its URLs by it too.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.equal(isLocalListener("0.0.0.0"), true);
+ * assert.equal(isLocalListener("[::]"), true);
+ * assert.equal(isLocalListener("::1"), true);
+ * assert.equal(isLocalListener("::ffff:127.0.0.1"), false);
+ * assert.equal(isLocalListener("2001:db8::5"), false);
+ * ```
+ */
+export function isLocalListener(host: string): boolean {
+  if (isLoopbackHost(host)) return true;
+  const bytes = parseIp(host.replace(/^\[|\]$/g, ""));
+  return bytes !== undefined && bytes.every((byte) => byte === 0);
+}
+
 /** Parses `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1` or `[2001:db8::1]:80`. */
 export function parseHostPort(text: string): IpBytes | undefined {
   if (text.startsWith("[")) {

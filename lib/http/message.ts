@@ -5,6 +5,8 @@
  * @module
  */
 
+import { isLocalListener } from "./address.ts";
+
 /** A header field as a name/value pair, in the order it is sent. */
 export type HeaderField = readonly [string, string];
 
@@ -192,15 +194,8 @@ export function namesNoHost(url: string, listenHostname: string): boolean {
   const colon = authority.indexOf(":", closing === -1 ? 0 : closing);
   const hostname = (colon === -1 ? authority : authority.slice(0, colon)).replace(/^\[|\]$/g, "");
   return hostname === "localhost" ||
-    (!listensOnLoopbackOrAny(listenHostname) &&
+    (!isLocalListener(listenHostname) &&
       hostname === listenHostname.replace(/^\[|\]$/g, ""));
-}
-
-/** Whether the runtime names a listener on `hostname` `localhost` in a URL (see {@linkcode namesNoHost}). */
-function listensOnLoopbackOrAny(hostname: string): boolean {
-  const bare = hostname.replace(/^\[|\]$/g, "").toLowerCase();
-  return bare === "localhost" || bare === "0.0.0.0" || bare === "::" || bare === "::1" ||
-    bare.startsWith("127.") || bare === "::ffff:127.0.0.1";
 }
 
 /**

@@ -7,18 +7,22 @@
  * fields. A CORS preflight is answered 204 with the CORS allow fields, as the service answers every
  * preflight, so that the browser goes on to the request and its page reads the 500.
  *
- * The fields report the configured policy when `RATE_LIMIT` and `RATE_LIMIT_WINDOW_SECONDS` are
- * valid by themselves (the default 60 per 60 s otherwise), and nothing known to be left
- * (`undecided`: r=0, t the window), as the handler's own 500 does: nothing was counted, and a
- * client should slow down rather than speed up. Responses are built per request (a Worker's
- * `Response` belongs to its request) from fields built once.
+ * The answers are the handler's own, from the one catalog (`lib/errors.ts`'s `internal_error`,
+ * rendered and laid out by `lib/respond/answers.ts`): a client sees one 500 whatever failed, and
+ * its hint names `SUPPORT_EMAIL` when that is valid by itself (the default otherwise); no detail of
+ * the misconfiguration reaches a caller (the operator's log has it). The fields report the
+ * configured policy when `RATE_LIMIT` and `RATE_LIMIT_WINDOW_SECONDS` are valid by themselves (the
+ * default 60 per 60 s otherwise), and nothing known to be left (`undecided`: r=0, t the window), as
+ * the handler's own 500 does: nothing was counted, and a client should slow down rather than speed
+ * up. Responses are built per request (a Worker's `Response` belongs to its request) from
+ * templates built once.
  *
  * @module
  */
 
-import { loadConfig } from "../config/config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
 import { type Env } from "../config/env.ts";
-import { type HeaderField, isCorsPreflight, STATUS } from "../http/message.ts";
+import { isCorsPreflight } from "../http/message.ts";
 import {
   policyOf,
   rateLimitConstants,
@@ -26,16 +30,41 @@ import {
   type RateLimitPolicy,
   undecided,
 } from "../limit/core/decision.ts";
-import { ALLOWED_METHODS, COMMON_FIELDS, CORS_ALLOW_FIELDS, TYPES } from "../respond/answers.ts";
+import { createErrorRenderer, fixedAnswers, forMethod } from "../respond/answers.ts";
+import { buildResponse } from "../respond/response_cache.ts";
 
-/** The body of every answer of a misconfigured isolate (no detail: the log has it). */
-const BODY = JSON.stringify({
-  error: {
-    code: "internal_error",
-    message: "The service failed to answer this request.",
-    hint: "Retry later: the service is misconfigured, and its operator has been told.",
-  },
-});
+/**
+ * The settings a misconfigured isolate still honours, each group when it is valid by itself: the
+ * policy its fields report, and the address its 500's hint names.
+ */
+const KEPT_SETTINGS: readonly (readonly string[])[] = [
+  ["RATE_LIMIT", "RATE_LIMIT_WINDOW_SECONDS"],
+  ["SUPPORT_EMAIL"],
+];
+
+/**
+ * The configuration a misconfigured isolate answers by: the defaults, with each group of
+ * {@linkcode KEPT_SETTINGS} of `env` that is valid by itself.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { recordEnv } from "../config/env.ts";
+ * const config = fallbackConfig(recordEnv({ RATE_LIMIT: "5", SUPPORT_EMAIL: "no", PORT: "x" }));
+ * assert.equal(config.rateLimit, 5);
+ * assert.equal(config.supportEmail, "support@example.com");
+ * ```
+ */
+export function fallbackConfig(env: Env): Config {
+  const only = (names: readonly string[]): Env => (name) =>
+    names.includes(name) ? env(name) : undefined;
+  const valid = KEPT_SETTINGS.filter((names) => loadConfig(only(names)).ok).flat();
+  const loaded = loadConfig(only(valid));
+  if (loaded.ok) return loaded.config;
+  const defaults = loadConfig(() => undefined);
+  if (!defaults.ok) throw new Error("the default configuration is invalid");
+  return defaults.config;
+}
 
 /**
  * The policy the fields of a misconfigured isolate report: `RATE_LIMIT` and
@@ -53,13 +82,7 @@ const BODY = JSON.stringify({
  * ```
  */
 export function fieldsPolicy(env: Env): RateLimitPolicy {
-  const policyEnv: Env = (name) =>
-    name === "RATE_LIMIT" || name === "RATE_LIMIT_WINDOW_SECONDS" ? env(name) : undefined;
-  const loaded = loadConfig(policyEnv);
-  if (loaded.ok) return policyOf(loaded.config);
-  const defaults = loadConfig(() => undefined);
-  if (!defaults.ok) throw new Error("the default configuration is invalid");
-  return policyOf(defaults.config);
+  return policyOf(fallbackConfig(env));
 }
 
 /**
@@ -80,34 +103,17 @@ export function fieldsPolicy(env: Env): RateLimitPolicy {
  * ```
  */
 export function misconfiguredAnswer(env: Env): (request: Request) => Response {
-  const policy = fieldsPolicy(env);
-  const limitFields = rateLimitFields(undecided(policy), rateLimitConstants(policy));
-  const length = new TextEncoder().encode(BODY).length;
-  const error: HeaderField[] = [
-    ["content-type", TYPES.json],
-    ["cache-control", "no-store"],
-    ...COMMON_FIELDS,
-    ...limitFields,
-  ];
-  const head: HeaderField[] = [...error, ["content-length", String(length)]];
-  const preflight: HeaderField[] = [
-    ...COMMON_FIELDS,
-    ["allow", ALLOWED_METHODS],
-    ...CORS_ALLOW_FIELDS,
-    ...limitFields,
-  ];
+  const config = fallbackConfig(env);
+  const policy = policyOf(config);
+  const constants = rateLimitConstants(policy);
+  const { name, baseUrl, supportUrl } = config;
+  const render = createErrorRenderer(config, { name, baseUrl, supportUrl });
+  const answers = fixedAnswers(render, rateLimitFields(undecided(policy), constants));
   return (request) => {
     const method = request.method;
-    if (method === "OPTIONS" && isCorsPreflight(method, request.headers)) {
-      return new Response(null, {
-        status: STATUS.NoContent,
-        headers: preflight as [string, string][],
-      });
-    }
-    const isHead = method === "HEAD";
-    return new Response(isHead ? null : BODY, {
-      status: STATUS.InternalServerError,
-      headers: (isHead ? head : error) as [string, string][],
-    });
+    const template = isCorsPreflight(method, request.headers)
+      ? answers.preflight
+      : forMethod(answers.internalError, method);
+    return buildResponse(template, undefined, constants);
   };
 }

@@ -9,9 +9,14 @@
  * holds 65,536 /64s and is one site (a tunnel broker hands one out for nothing), so a spray from it
  * is a bill. The gate counts, per /48, the callers its objects have never held; past the budget
  * (`simple.limit` per `simple.period` seconds, the operator's, in wrangler.json) such a caller is
- * refused 429 by its object before anything is written: the request then costs what a refusal
- * asked of its object costs, $1.07 a million, and the isolate answers that caller's next requests
- * from memory.
+ * decided by its object exactly as any other, but kept in the object's memory only: nothing
+ * written, no alarm. Its next request, while the object still holds it, writes its log. A /64 that
+ * asks once costs what a refusal asked of its object costs, $1.07 a million, and the budget is
+ * never a refusal (issue 31: a /48 shares no aggregate budget): every answer is the exact log's.
+ *
+ * What is not exact: a caller kept in memory holds one hit that storage does not, lost if its
+ * object leaves memory before the caller's next request (an idle object is hibernated after about
+ * 10 s, a deploy restarts it). lib/limit/README.md ("A spray of new callers") bounds it.
  *
  * Where: in the object, which alone knows whether a caller is new (it holds the caller's log or
  * it does not), so that a returning caller never reaches the gate: no call, no cost, no change to
@@ -19,19 +24,14 @@
  * shard's key pass), and concurrent first requests of one caller share one call of the binding.
  * The binding counts per Cloudflare location, approximately, and costs nothing of its own
  * (Cloudflare's docs: "Locality", "Performance", "Accuracy"); a binding that fails lets new
- * callers through (the limit itself is the object's, exact either way), said once per object.
+ * callers be written as without it, said once per object.
  *
  * @module
  */
 // deno-lint-ignore-file no-console -- Workers' logs are the console
 
-import type { Decision, RateLimitPolicy } from "../limit/core/decision.ts";
-
 /** The Rate Limiting binding that budgets new callers per /48 (wrangler.json `ratelimits`). */
 export const NEW_CALLERS_BINDING = "NEW_CALLERS";
-
-/** The longest period the Rate Limiting API takes (10 or 60 s): a refused caller retries within it. */
-export const GATE_RETRY_MS = 60_000;
 
 /** The Workers Rate Limiting API, as a binding exposes it. */
 export interface RateLimitBinding {
@@ -39,7 +39,7 @@ export interface RateLimitBinding {
   limit(options: { key: string }): Promise<{ success: boolean }>;
 }
 
-/** The gate: whether a caller the object has never held may be created now. */
+/** The gate: whether a caller the object has never held may be written now. */
 export interface NewCallerGate {
   /** True at once for a caller the gate does not budget; else the binding's answer, shared. */
   admit(key: string): boolean | Promise<boolean>;
@@ -64,7 +64,7 @@ export function networkOf(key: string): string | undefined {
 
 /**
  * The gate over the binding `NEW_CALLERS` of `env` (a Worker's or an object's bindings), or
- * undefined when it is not bound (no gate: every new caller is created). A failing binding is
+ * undefined when it is not bound (no gate: every new caller is written). A failing binding is
  * `say`-ed once (the console by default: Workers Logs).
  *
  * @example
@@ -104,7 +104,7 @@ export function newCallerGate(
             if (!said) {
               said = true;
               say(
-                `the ${NEW_CALLERS_BINDING} rate-limiting binding failed: new callers are let through unbudgeted (the limit itself still holds): ${
+                `the ${NEW_CALLERS_BINDING} rate-limiting binding failed: new callers are written unbudgeted (the limit itself still holds): ${
                   String(error)
                 }`,
               );
@@ -117,22 +117,4 @@ export function newCallerGate(
       return asked;
     },
   };
-}
-
-/**
- * What a new caller past its /48's budget is answered: refused, nothing left, to retry within the
- * binding's longest period and never past the window (an object's answer must be a decision of the
- * policy), with that reset exact so that the isolate answers the caller from memory meanwhile.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * const refusal = gateRefusal({ limit: 60, windowMs: 60_000 });
- * assert.deepEqual(refusal, { allowed: false, remaining: 0, resetSeconds: 60, resetMs: 60_000 });
- * assert.equal(gateRefusal({ limit: 60, windowMs: 10_000 }).resetSeconds, 10);
- * ```
- */
-export function gateRefusal(policy: RateLimitPolicy): Decision {
-  const resetMs = Math.min(GATE_RETRY_MS, policy.windowMs);
-  return { allowed: false, remaining: 0, resetSeconds: Math.ceil(resetMs / 1000), resetMs };
 }

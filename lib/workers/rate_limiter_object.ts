@@ -21,8 +21,10 @@
  * window, so a window lengthened in a deploy hands out no quota. A new caller costs two rows
  * written (its value and the alarm), an admitted request one. Values stored by the earlier layout
  * (the same `Float64Array` per caller, plus a `window` key now unread and deleted with the rest)
- * are read as they are: a deploy keeps every count. A caller it does not hold is created only
- * within its /48's budget of new callers, when `NEW_CALLERS` is bound (`new_caller_gate.ts`).
+ * are read as they are: a deploy keeps every count. A caller it does not hold is written at once
+ * only within its /48's budget of new callers, when `NEW_CALLERS` is bound (`new_caller_gate.ts`);
+ * past it, the caller is decided exactly all the same, kept in memory only (nothing written, no
+ * alarm), and its log is written at its next request, if the object still holds it then.
  *
  * @module
  */
@@ -37,7 +39,7 @@ import {
   type LogChange,
   logOfStored,
 } from "../limit/durable_object/object_logs.ts";
-import { gateRefusal, type NewCallerGate, newCallerGate } from "./new_caller_gate.ts";
+import { type NewCallerGate, newCallerGate } from "./new_caller_gate.ts";
 
 /** The parts of `DurableObjectStorage` the object uses. */
 interface Storage {
@@ -60,6 +62,8 @@ interface State {
 export interface ObjectUsage {
   /** Callers held. */
   callers: number;
+  /** Of those, callers held in memory only (their /48 past the new callers' budget). */
+  unwritten: number;
   /** Timestamps held, over every caller. */
   timestamps: number;
   /** Values in storage (one per caller held, once written). */
@@ -105,24 +109,26 @@ export class RateLimiterObject extends DurableObject {
   /**
    * Decides on a request of `key` now, counts it when admitted, and writes the change through. A
    * caller this object does not hold is first asked of the new callers' budget
-   * (`new_caller_gate.ts`); refused there, nothing is written.
+   * (`new_caller_gate.ts`); past it, the caller is decided all the same and kept in memory only,
+   * until its next request writes it. Either way the answer is the exact log's.
    */
   hit(key: string, policy: RateLimitPolicy): Decision | Promise<Decision> {
     checkKey(key);
     checkDurablePolicy(policy);
-    const admitted = this.#gate === undefined || this.#logs.has(key) || this.#gate.admit(key);
-    if (admitted === true) return this.#decide(key, policy);
-    return Promise.resolve(admitted).then((yes) =>
-      yes ? this.#decide(key, policy) : gateRefusal(policy)
-    );
+    const written = this.#gate === undefined || this.#logs.has(key) || this.#gate.admit(key);
+    if (written === true) return this.#decide(key, policy, false);
+    // Held by the time the gate answered (a request of the caller's in flight beside it): it came
+    // back, and is written then whatever the gate said.
+    return Promise.resolve(written).then((yes) => this.#decide(key, policy, !yes));
   }
 
-  #decide(key: string, policy: RateLimitPolicy): Decision {
+  #decide(key: string, policy: RateLimitPolicy, inMemory: boolean): Decision {
     const now = Date.now();
-    const { decision, changes } = this.#logs.hit(key, now, policy);
+    const { decision, changes } = this.#logs.hit(key, now, policy, inMemory);
     if (changes.length > 0) {
       this.#write(changes);
-      if (this.#alarmAt === undefined) this.#setAlarm(now + this.idleAfterMs);
+      const stored = changes.some((change) => change.log !== undefined);
+      if (stored && this.#alarmAt === undefined) this.#setAlarm(now + this.idleAfterMs);
     }
     return decision; // a refusal's exact reset (`resetMs`) too: the isolate answers it from memory
   }
@@ -139,6 +145,7 @@ export class RateLimiterObject extends DurableObject {
     const stored = (await this.ctx.storage.list({ prefix: CALLER })).size;
     return {
       callers: this.#logs.callers,
+      unwritten: this.#logs.unwritten,
       timestamps: this.#logs.timestamps,
       stored,
       alarm: await this.ctx.storage.getAlarm(),

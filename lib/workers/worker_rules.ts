@@ -26,7 +26,13 @@
  */
 
 import type { Config } from "../config/config.ts";
-import { type CidrSet, cidrSetsOverlap, parseCidrSet, rangeText } from "../http/address.ts";
+import {
+  type CidrSet,
+  cidrSetsOverlap,
+  isLoopbackHost,
+  LOOPBACK,
+  rangeText,
+} from "../http/address.ts";
 import {
   type Warning,
   workersHttpBaseUrlWarning,
@@ -41,9 +47,6 @@ export interface WorkerRuleFindings {
   /** Values that work but should not be deployed as they are (`lib/lifecycle/warnings.ts`). */
   warnings: Warning[];
 }
-
-/** Loopback, from which no request reaches a Worker on Cloudflare. */
-const LOOPBACK = parseCidrSet("127.0.0.0/8,::1/128").set;
 
 /**
  * The Worker-only findings on a configuration `loadConfig` validated.
@@ -115,9 +118,4 @@ function proxyProblems(proxies: CidrSet): string[] {
     );
   }
   return problems;
-}
-
-/** Whether `hostname` (as `URL` gives it) is loopback: `localhost`, 127.0.0.0/8 or `[::1]`. */
-function isLoopbackHost(hostname: string): boolean {
-  return hostname === "localhost" || hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
 }

@@ -6,7 +6,14 @@
  */
 import assert from "node:assert/strict";
 import fc from "npm:fast-check@4.10.2";
-import { cidrSetHas, parseCidrSet, parseIp, unmapIpv4 } from "../../lib/http/address.ts";
+import {
+  cidrSetHas,
+  isLocalListener,
+  isLoopbackHost,
+  parseCidrSet,
+  parseIp,
+  unmapIpv4,
+} from "../../lib/http/address.ts";
 import { keyOfIp } from "../../lib/limit/caller/caller_key.ts";
 
 Deno.test("parseIp() reads IPv4 and every IPv6 spelling, and refuses what is not an address", () => {
@@ -128,4 +135,34 @@ Deno.test("parseCidrSet() reads the entry unix as peers with no IP address", () 
   assert.equal(parseCidrSet("10.0.0.0/8, UNIX").set.ranges.length, 1);
   assert.equal(parseCidrSet("10.0.0.0/8").set.unix, undefined);
   assert.deepEqual(parseCidrSet("unix:/run/x.sock").invalid, ["unix:/run/x.sock"]);
+});
+
+Deno.test("isLoopbackHost() and isLocalListener() say which hosts name this machine, and which listeners a URL calls localhost", () => {
+  // [host, loopback, a listener named localhost]: Rust's is_loopback and is_unspecified, which
+  // Deno asks (tests/node/http1/request_target_test.ts holds them to real listeners).
+  const cases: Array<[string, boolean, boolean]> = [
+    ["localhost", true, true],
+    ["LOCALHOST", true, true],
+    ["127.0.0.1", true, true],
+    ["127.255.0.9", true, true],
+    ["::1", true, true],
+    ["[::1]", true, true],
+    ["0:0:0:0:0:0:0:1", true, true],
+    ["0.0.0.0", false, true],
+    ["::", false, true],
+    ["[::]", false, true],
+    ["::ffff:127.0.0.1", false, false],
+    ["::ffff:0.0.0.0", false, false],
+    ["64:ff9b::7f00:1", false, false],
+    ["128.0.0.1", false, false],
+    ["10.0.0.5", false, false],
+    ["2001:db8::5", false, false],
+    ["127.foo", false, false],
+    ["localhost.example", false, false],
+    ["", false, false],
+  ];
+  for (const [host, loopback, local] of cases) {
+    assert.equal(isLoopbackHost(host), loopback, `isLoopbackHost(${JSON.stringify(host)})`);
+    assert.equal(isLocalListener(host), local, `isLocalListener(${JSON.stringify(host)})`);
+  }
 });

@@ -81,6 +81,9 @@ Deno.test("namesNoHost() tells the URL a runtime writes for a request that named
     ["http://10.0.0.5:8000/x", "10.0.0.5", true],
     ["http://[2001:db8::5]:8000/x", "2001:db8::5", true],
     ["http://[2001:db8::5]:8000/x", "[2001:db8::5]", true],
+    // Deno writes an IPv4-mapped listener as itself (measured: request_target_test.ts).
+    ["http://[::ffff:127.0.0.1]:8000/x", "::ffff:127.0.0.1", true],
+    ["http://localhost:8000/x", "127.0.0.2", true],
     // Named by the client: an absolute-form target, HTTP/2's :authority.
     ["http://api.example/x", "0.0.0.0", false],
     ["http://10.0.0.5:8000/x", "0.0.0.0", false],

@@ -67,6 +67,11 @@ export class SlidingLogModel {
     this.#logs.set(key, dedupe(next));
   }
 
+  /** The store lost everything of `key` (a Durable Object's caller kept in memory only, evicted). */
+  forget(key: string): void {
+    this.#logs.set(key, [[]]);
+  }
+
   /** Checks the store's report on `key` at `now` (nothing is counted). */
   peek(key: string, now: number, answer: Answer): void {
     this.#logs.set(key, this.#pick(key, now, answer, "peek"));

@@ -10,6 +10,9 @@
 
 import assert from "node:assert/strict";
 import { STATIC_DIR, STATIC_FILES } from "../../lib/pages/content.ts";
+import { loadConfig } from "../../lib/config/config.ts";
+import { recordEnv } from "../../lib/config/env.ts";
+import { errorCatalog, errorJson } from "../../lib/errors.ts";
 import { createWorker } from "../../lib/workers/worker.ts";
 
 const FILES = Object.fromEntries(
@@ -105,4 +108,24 @@ Deno.test("a misconfigured isolate's fields report RATE_LIMIT and RATE_LIMIT_WIN
     '"default";q=60;w=60',
     '"default";r=0;t=60',
   ]);
+});
+
+Deno.test("a misconfigured isolate's 500 is the catalog's internal_error, as the handler's own, its hint naming SUPPORT_EMAIL when that is valid by itself", async () => {
+  const bodyOf = async (env: Record<string, unknown>) => {
+    const response = await misconfigured().fetch(
+      new Request("https://api.example.com/api/v1/platform"),
+      { RATE_LIMITER: {}, ...env },
+    );
+    return await response.text();
+  };
+  const expected = (supportEmail?: string) => {
+    const loaded = loadConfig(recordEnv(supportEmail ? { SUPPORT_EMAIL: supportEmail } : {}));
+    assert.ok(loaded.ok);
+    return errorJson("internal_error", errorCatalog(loaded.config).internal_error);
+  };
+  // PUBLIC_BASE_URL missing: the isolate is misconfigured whatever the rest.
+  assert.equal(await bodyOf({ SUPPORT_EMAIL: "api@example.org" }), expected("api@example.org"));
+  assert.match(expected("api@example.org"), /contact api@example\.org/);
+  assert.equal(await bodyOf({ SUPPORT_EMAIL: "not an address" }), expected());
+  assert.equal(await bodyOf({}), expected());
 });

@@ -1,8 +1,9 @@
 /**
  * The new callers' budget per /48 (`lib/workers/new_caller_gate.ts`) in process, over a stand-in
  * for the Rate Limiting binding that counts its calls: which keys it budgets, one call for a
- * caller's first requests in flight at once, a failing binding said once and let through, and a
- * refusal the Worker's side takes as a decision and answers from memory. On real workerd, with the
+ * caller's first requests in flight at once, and a failing binding said once and let through. What
+ * the object does past the budget (the caller decided exactly, kept in memory until it comes back)
+ * is `CallerLogs`' (`tests/limit/durable_object/object_logs_test.ts`); on real workerd, with the
  * binding and the object as shipped: `new_callers_test.ts`.
  *
  * @module
@@ -11,10 +12,7 @@
 import assert from "node:assert/strict";
 import { parseIp, unmapIpv4 } from "../../lib/http/address.ts";
 import { keyOfIp, NO_ADDRESS_KEY } from "../../lib/limit/caller/caller_key.ts";
-import type { Decision } from "../../lib/limit/core/decision.ts";
-import { createDurableObjectStore } from "../../lib/limit/durable_object/durable_object_store.ts";
 import {
-  gateRefusal,
   networkOf,
   NEW_CALLERS_BINDING,
   newCallerGate,
@@ -79,29 +77,4 @@ Deno.test("newCallerGate(): a binding that fails lets new callers through, said 
   assert.equal(await gate.admit(keyOf("2001:db8:8:2::1")), true);
   assert.equal(said.length, 1);
   assert.match(said[0]!, /NEW_CALLERS rate-limiting binding failed.*binding down/);
-});
-
-Deno.test("gateRefusal() is a decision the Worker's store takes: 429 with the reset within the window, then answered from memory without an object call", async () => {
-  for (const [windowMs, resetSeconds] of [[60_000, 60], [10_000, 10], [3_600_000, 60]]) {
-    const policy = { limit: 60, windowMs: windowMs! };
-    let calls = 0;
-    const namespace = {
-      idFromName: (name: string) => name,
-      get: () => ({
-        hit: () => (calls++, Promise.resolve(gateRefusal(policy))),
-        peek: () => Promise.reject(new Error("not asked")),
-      }),
-    };
-    const store = createDurableObjectStore(namespace, { policy, timeoutMs: 1000, onError: "open" });
-    const key = keyOf("2001:db8:9:1::1");
-    const expected: Decision = {
-      allowed: false,
-      remaining: 0,
-      resetSeconds: resetSeconds!,
-      resetMs: resetSeconds! * 1000,
-    };
-    assert.deepEqual(await store.hit(key, Date.now()), expected);
-    assert.equal(store.answeredByPolicy(await store.hit(key, Date.now())), false);
-    assert.equal(calls, 1, `window ${windowMs} ms: the second refusal from memory`);
-  }
 });

@@ -223,7 +223,7 @@ Deno.test("workerd: an object holds at most its cap of callers, and its alarm fo
         usage = await getJson<ObjectUsage>(url!, "/usage?name=shard:0");
         if (usage.stored === 0 && usage.alarm === null) break;
       }
-      assert.deepEqual(usage, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+      assert.deepEqual(usage, { callers: 0, unwritten: 0, timestamps: 0, stored: 0, alarm: null });
     } finally {
       await workerd.dispose();
     }
@@ -284,7 +284,7 @@ Deno.test("workerd: the idle sweep set before a restart of workerd runs after it
       assert.equal(swept.stored, 1);
       assert.ok(swept.alarm !== null && swept.alarm > alarm!, "and sets itself for when it leaves");
       const idle = await waitFor((usage) => usage.stored === 0 && usage.alarm === null);
-      assert.deepEqual(idle, { callers: 0, timestamps: 0, stored: 0, alarm: null });
+      assert.deepEqual(idle, { callers: 0, unwritten: 0, timestamps: 0, stored: 0, alarm: null });
     } finally {
       await workerd?.dispose();
     }

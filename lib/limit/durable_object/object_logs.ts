@@ -18,6 +18,11 @@
  * store takes, so no window of any deployment still counts it) is idle and is dropped by
  * {@linkcode CallerLogs.sweep}, which the object runs from an alarm.
  *
+ * A caller may be kept in memory only (`inMemory`: its /48 is past the new callers' budget,
+ * `lib/workers/new_caller_gate.ts`): decided exactly as any, its first hit is not written, and its
+ * next request, while the object still holds it, writes its whole log. So such a caller holds one
+ * hit at most that storage does not, and the object's memory is exact for it as for any other.
+ *
  * @module
  */
 
@@ -149,6 +154,8 @@ export function logOfStored(value: unknown): number[] {
  */
 export class CallerLogs {
   readonly #logs = new Map<string, number[]>();
+  /** Callers held in memory only: nothing of theirs is stored. */
+  readonly #unwritten = new Set<string>();
   #timestamps = 0;
 
   /** Callers held now. */
@@ -166,6 +173,11 @@ export class CallerLogs {
     return this.#logs.has(key);
   }
 
+  /** Callers held in memory only now (their first hit not written). */
+  get unwritten(): number {
+    return this.#unwritten.size;
+  }
+
   /** Takes `key`'s stored log (read back with {@linkcode logOfStored}) at start. */
   load(key: string, log: number[]): void {
     if (log.length === 0 || this.#logs.has(key)) return;
@@ -173,14 +185,20 @@ export class CallerLogs {
     this.#timestamps += log.length;
   }
 
-  /** Decides on a request of `key` at `now` and counts it when admitted. */
-  hit(key: string, now: number, policy: RateLimitPolicy): LoggedDecision {
+  /**
+   * Decides on a request of `key` at `now` and counts it when admitted. A caller not held yet is
+   * kept in memory only when `inMemory` (its change not reported); a caller kept so is written,
+   * its whole log, at its next request, admitted or not.
+   */
+  hit(key: string, now: number, policy: RateLimitPolicy, inMemory = false): LoggedDecision {
     let log = this.#logs.get(key);
     const changes: LogChange[] = [];
+    let unwritten = false;
     if (log === undefined) {
       // A new caller: make room first, so that the cap holds with it.
       this.#makeRoom(maxCallersOf(policy) - 1, changes);
       log = [];
+      unwritten = inMemory;
     } else {
       this.#timestamps -= log.length;
       log = live(log, now - IDLE_AFTER_MS);
@@ -197,11 +215,12 @@ export class CallerLogs {
       insertInOrder(log, now);
       // Admitted under the limit, so the oldest is out of the window: the newest `limit` stay.
       if (log.length > policy.limit) log.shift();
-      changes.push({ key, log });
     }
     // Never empty here: a caller with nothing in the window is admitted.
     this.#logs.set(key, log);
     this.#timestamps += log.length;
+    if (unwritten) this.#unwritten.add(key);
+    else if (this.#unwritten.delete(key) || decision.allowed) changes.push({ key, log });
     return { decision, changes };
   }
 
@@ -214,18 +233,19 @@ export class CallerLogs {
   /**
    * Forgets every caller whose newest counted request is at or before `now - idleAfterMs` (by
    * default the longest window: nothing of theirs counts under any window), and says when the next
-   * of the others becomes idle.
+   * of the others becomes idle. Callers kept in memory only are forgotten alike, but neither
+   * `removed` (nothing of theirs is stored) nor waited for (`nextAt`: no alarm is set for them).
    */
   sweep(now: number, idleAfterMs: number = IDLE_AFTER_MS): SweepResult {
     const removed: string[] = [];
     let nextAt: number | undefined;
     for (const [key, log] of this.#logs) {
       const idleAt = log[log.length - 1]! + idleAfterMs;
+      const stored = !this.#unwritten.has(key);
       if (idleAt <= now) {
-        removed.push(key);
-        this.#logs.delete(key);
-        this.#timestamps -= log.length;
-      } else if (nextAt === undefined || idleAt < nextAt) {
+        this.#forget(key, log);
+        if (stored) removed.push(key);
+      } else if (stored && (nextAt === undefined || idleAt < nextAt)) {
         nextAt = idleAt;
       }
     }
@@ -236,10 +256,15 @@ export class CallerLogs {
   #makeRoom(keep: number, changes: LogChange[]): void {
     for (const [key, log] of this.#logs) {
       if (this.#logs.size <= keep) return;
-      this.#logs.delete(key);
-      this.#timestamps -= log.length;
-      changes.push({ key, log: undefined });
+      if (!this.#forget(key, log)) changes.push({ key, log: undefined });
     }
+  }
+
+  /** Forgets `key`, whose log is `log`; says whether it was held in memory only. */
+  #forget(key: string, log: number[]): boolean {
+    this.#logs.delete(key);
+    this.#timestamps -= log.length;
+    return this.#unwritten.delete(key);
   }
 }
 

@@ -59,6 +59,15 @@ export const LOOP_LAG_TOLERANCE_MS = 10;
 /** How many times a call's deadline is extended because the loop was busy when it expired. */
 export const MAX_EXTENSIONS = 3;
 
+/**
+ * The most store timeouts (`RATE_LIMIT_STORE_TIMEOUT_MS`) one decision of a store of one server
+ * (Redis, Deno KV) waits, beside the event loop's own delays: one for other requests' calls in
+ * flight for its caller (`in_flight.ts`, one deadline for all its waits), then its own call's, and
+ * that one's {@linkcode MAX_EXTENSIONS} while the loop was late. A proxy in front of the service
+ * waits longer than this for an answer (deploy/README.md, "When an instance hangs or stops").
+ */
+export const MOST_TIMEOUTS_PER_DECISION = 2 + MAX_EXTENSIONS;
+
 /** What to do when the store cannot decide: admit (`open`) or refuse (`closed`). */
 export type StoreFailurePolicy = "open" | "closed";
 
@@ -321,6 +330,16 @@ export class GuardedStore implements RateLimitStore {
 
   /** {@inheritDoc RateLimitStore.hit} */
   hit(key: string, now: number): Decision | Promise<Decision> {
+    return this.#hit(key, now, undefined);
+  }
+
+  /**
+   * {@linkcode hit}, for a request that may have waited already: `waitUntil` (steady clock) is when
+   * its waiting for other requests' calls ends, `timeoutMs` after it first waited, however many
+   * times it is woken and finds another call in flight; then it makes its own call. Decided again
+   * after a wait, it passes the store `now` moved on by the time waited.
+   */
+  #hit(key: string, now: number, waitUntil: number | undefined): Decision | Promise<Decision> {
     const sent = this.#steady();
     const memo = this.#memo?.recall(key, sent);
     if (memo !== undefined) {
@@ -328,7 +347,14 @@ export class GuardedStore implements RateLimitStore {
       return memo;
     }
     const flights = this.#flights;
-    if (flights?.mustWait(key, sent)) return flights.next(key).then(() => this.hit(key, now));
+    if (flights?.mustWait(key, sent)) {
+      const until = waitUntil ?? sent + this.#timeoutMs;
+      if (sent < until) {
+        return flights.next(key, until).then(() =>
+          this.#hit(key, now + (this.#steady() - sent), until)
+        );
+      }
+    }
     flights?.sent(key);
     const result = this.#call(key, now, () => this.#store.hit(key, now));
     return pending(result)

@@ -18,19 +18,25 @@
  * the store counting it, so never more than the limit is admitted.
  *
  * A waiter never depends on the call it waits for alone: it waits at most `waitMs` (the store's
- * timeout) from when that call was sent, by a timer of its own, then makes its own call. On
- * Workers a request whose client leaves is cancelled with the continuations of its call, so that
- * call never answers here; a request waiting for it with nothing of its own pending would be
- * cancelled too ("your Worker's code had hung"). A call sent longer than `waitMs` ago is no longer
- * waited for, and is forgotten once it is the oldest.
+ * timeout) from when that call was sent, and at most until a deadline of its own (the guard gives
+ * each request one, `waitMs` after it first waited, shared by all its waits), by a timer of its
+ * own, then makes its own call. On Workers a request whose client leaves is cancelled with the
+ * continuations of its call, so that call never answers here; a request waiting for it with
+ * nothing of its own pending would be cancelled too ("your Worker's code had hung"). A call sent
+ * longer than `waitMs` ago is no longer waited for, and is forgotten (pruned once per `waitMs`).
  *
  * What it saves: when a refused caller's hold ends while it hammers on `c` connections, one store
  * call instead of up to `c` (every connection's next request used to miss the memo during the
- * round trip). What it costs: a request of a likely refused caller may wait one round trip (two, if
- * the store then admits with nothing left); if the call it waits for fails, it then makes its own,
- * and if that call does not answer within `waitMs`, likewise: at most `waitMs` and one bounded call
- * of its own. Bounded: an entry per caller with a call sent within `waitMs` (older ones pruned as
- * calls are sent), a waiter and its timer per waiting request.
+ * round trip). What it costs: a request of a likely refused caller waits `waitMs` at most in all
+ * (a slow store answering "admitted, nothing left" again and again wakes the waiters one round
+ * trip at a time, and without the deadline the last of `c` waited `c` round trips), then makes one
+ * bounded call of its own. Bounded: an entry per caller with a call in flight (a lost call's until
+ * pruned, so sent within two `waitMs`), a waiter and its timer per waiting request, and
+ * {@linkcode SPARE_FLIGHTS} spare entries: nothing stays per caller once its calls have answered.
+ *
+ * The path where nobody waits allocates nothing: a caller's entry leaves the map when its last
+ * call answers (or when pruned, once per `waitMs`, for a lost call) and is kept for another call's
+ * ({@linkcode SPARE_FLIGHTS}); the set of waiters is made by the first request that waits.
  *
  * @module
  */
@@ -44,9 +50,16 @@ interface Flight {
   calls: number;
   /** When the latest call was sent (steady clock, ms): waited for until `since + waitMs`. */
   since: number;
-  /** Wakes each waiting request, once. */
-  waiting: Set<() => void>;
+  /** Wakes each waiting request, once; made by the first request that waits. */
+  waiting: Set<() => void> | undefined;
 }
+
+/**
+ * Entries kept for reuse once pruned: as many callers as one instance calls the store for within a
+ * store timeout under load (a connection each), so that the path where nobody waits allocates
+ * nothing; an entry is three fields.
+ */
+export const SPARE_FLIGHTS = 256;
 
 /** Options of {@linkcode CallsInFlight}. */
 export interface CallsInFlightOptions {
@@ -84,8 +97,12 @@ export class CallsInFlight {
   readonly #memo: RefusalMemo;
   readonly #waitMs: number;
   readonly #clock: () => number;
-  /** Per caller, oldest call first (a caller's entry moves last as it sends). */
+  /** Per caller. */
   readonly #flights = new Map<string, Flight>();
+  /** Entries of answered callers, for the next callers' calls. */
+  readonly #spare: Flight[] = [];
+  /** When the entries of lost calls were last pruned (steady clock, ms). */
+  #prunedAt = -Infinity;
   #waits = 0;
 
   /** Shares calls of the callers that `memo` says are likely refused. */
@@ -112,47 +129,77 @@ export class CallsInFlight {
 
   /**
    * Resolves once the next call of `key` has answered and its answer is remembered, or once the
-   * latest call of `key` was sent `waitMs` ago, whichever comes first; then decide the request
-   * again. Only while {@linkcode mustWait} is true.
+   * latest call of `key` was sent `waitMs` ago, or at `until` (steady clock, ms: the request's own
+   * deadline), whichever comes first; then decide the request again. Only while
+   * {@linkcode mustWait} is true.
    */
-  next(key: string): Promise<void> {
+  next(key: string, until = Infinity): Promise<void> {
     const flight = this.#flights.get(key);
     if (flight === undefined) return Promise.resolve();
     this.#waits++;
+    const waiting = flight.waiting ??= new Set();
     return new Promise((resolve) => {
       const wake = () => {
         cancel();
-        flight.waiting.delete(wake);
+        waiting.delete(wake);
         resolve();
       };
-      const cancel = later(flight.since + this.#waitMs - this.#clock(), wake);
-      flight.waiting.add(wake);
+      const cancel = later(Math.min(flight.since + this.#waitMs, until) - this.#clock(), wake);
+      waiting.add(wake);
     });
   }
 
-  /** Counts a call of `key` as sent now; forgets the callers whose latest call is long gone. */
+  /** Counts a call of `key` as sent now. */
   sent(key: string): void {
     const now = this.#clock();
-    const flights = this.#flights;
-    for (const [old, flight] of flights) {
-      if (now - flight.since < this.#waitMs) break;
-      flights.delete(old); // its waiters' own timers have fired, or fire now
+    if (now - this.#prunedAt >= this.#waitMs) this.#prune(now);
+    const flight = this.#flights.get(key);
+    if (flight !== undefined) {
+      flight.calls++;
+      flight.since = now;
+      return;
     }
-    const flight = flights.get(key);
-    flights.delete(key); // re-inserted last: the map stays in the order of the latest calls
-    flights.set(key, {
-      calls: (flight?.calls ?? 0) + 1,
-      since: now,
-      waiting: flight?.waiting ?? new Set(),
-    });
+    const spare = this.#spare.pop();
+    if (spare === undefined) this.#flights.set(key, { calls: 1, since: now, waiting: undefined });
+    else {
+      spare.calls = 1;
+      spare.since = now;
+      this.#flights.set(key, spare);
+    }
   }
 
-  /** Counts a call of `key` as answered (its answer remembered), and wakes its waiters. */
+  /**
+   * Counts a call of `key` as answered (its answer remembered), and wakes its waiters. With no
+   * call of the caller's left in flight its entry leaves the map, kept for another call's: the
+   * process holds nothing per caller between calls (tests/limit/exact_memory_test.ts).
+   */
   answered(key: string): void {
     const flight = this.#flights.get(key);
     if (flight === undefined) return;
-    flight.calls = Math.max(0, flight.calls - 1);
-    if (flight.calls === 0) this.#flights.delete(key);
-    for (const wake of [...flight.waiting]) wake();
+    if (flight.calls > 0) flight.calls--;
+    const waiting = flight.waiting;
+    flight.waiting = undefined;
+    if (flight.calls === 0) {
+      this.#flights.delete(key);
+      if (this.#spare.length < SPARE_FLIGHTS) this.#spare.push(flight);
+    }
+    if (waiting === undefined) return;
+    for (const wake of waiting) wake(); // each removes itself; the set is dropped
+  }
+
+  /**
+   * Forgets the callers whose latest call was sent `waitMs` ago or more (answered, or lost), and
+   * keeps their entries for reuse.
+   */
+  #prune(now: number): void {
+    this.#prunedAt = now;
+    const spare = this.#spare;
+    for (const [key, flight] of this.#flights) {
+      if (now - flight.since < this.#waitMs) continue;
+      this.#flights.delete(key);
+      // Its waiters' own timers have fired, or fire now, each on the set it joined.
+      flight.waiting = undefined;
+      if (spare.length < SPARE_FLIGHTS) spare.push(flight);
+    }
   }
 }

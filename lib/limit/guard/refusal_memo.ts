@@ -36,9 +36,16 @@
  * store for that caller and the others wait for its answer (`in_flight.ts`). It only ever decides
  * who waits, never an answer.
  *
- * Bounded: at most {@linkcode MAX_REFUSALS} callers (about 160 bytes each with an IPv6 /64 key,
- * measured: 1.6 MB); a new one beyond it evicts the one remembered longest ago, which only costs
- * that caller a store call.
+ * Answers out of order: an answer to a call sent before the one the memo learned from changes
+ * nothing. So that this holds after an admission with quota left too (the store forgot the caller,
+ * or its window emptied), such an admission of a caller the memo knows leaves a tombstone, the
+ * call's instant alone, for a hold ({@linkcode MEMO_HOLD_MS}: an older call's refusal would end
+ * within that anyway); an admission of a caller it does not know adds nothing, so that admitted
+ * callers never push refused ones out.
+ *
+ * Bounded: at most {@linkcode MAX_REFUSALS} callers, tombstones included (about 160 bytes each
+ * with an IPv6 /64 key, measured: 1.6 MB); a new one beyond it evicts the one remembered longest
+ * ago, which only costs that caller a store call.
  *
  * @module
  */
@@ -90,7 +97,7 @@ interface Entry {
   end: number;
   /** When the store's refusal ends as it counted it: the fields count down to it. */
   reset: number;
-  /** Until when the caller's next request is likely refused. */
+  /** Until when the caller's next request is likely refused (`sent` or before: not likely). */
   likely: number;
 }
 
@@ -150,8 +157,9 @@ export class RefusalMemo {
    * Learns from the store's `decision` on `key`, whose call was sent at `sent` (steady clock, ms):
    * a refusal with its exact reset is held from `sent` for a spread hold of at most
    * {@linkcode MEMO_HOLD_MS}, never past `sent + resetMs`; an admission that left nothing makes the
-   * next request likely refused; any other admission forgets the caller. An answer to a call sent
-   * before the one the memo holds changes nothing.
+   * next request likely refused; any other admission leaves only `sent` of a caller the memo knows
+   * (a tombstone, for a hold). An answer to a call sent before the one the memo holds changes
+   * nothing.
    */
   remember(key: string, sent: number, decision: Decision): void {
     const known = this.#entries.get(key);
@@ -165,8 +173,8 @@ export class RefusalMemo {
     } else if (decision.allowed && decision.remaining === 0) {
       const likely = sent + decision.resetSeconds * 1000 + this.#holdMs;
       this.#set(key, { sent, end: sent, reset: sent, likely });
-    } else if (decision.allowed) {
-      this.#entries.delete(key);
+    } else if (decision.allowed && known !== undefined) {
+      this.#set(key, { sent, end: sent, reset: sent, likely: sent });
     }
   }
 
@@ -184,7 +192,8 @@ export class RefusalMemo {
    * nothing left.
    */
   likelyRefused(key: string, now: number): boolean {
-    return this.#live(key, now) !== undefined;
+    const entry = this.#live(key, now);
+    return entry !== undefined && now < entry.likely;
   }
 
   /**
@@ -193,7 +202,7 @@ export class RefusalMemo {
    */
   release(key: string, now: number): void {
     const entry = this.#entries.get(key);
-    if (entry !== undefined && now >= entry.end) this.#entries.delete(key);
+    if (entry !== undefined && now >= entry.end) entry.likely = entry.sent; // its tombstone
   }
 
   #set(key: string, entry: Entry): void {
@@ -203,10 +212,15 @@ export class RefusalMemo {
     entries.set(key, entry);
   }
 
-  /** `key`'s entry while it says anything at `now`; forgets it once over. */
+  /**
+   * `key`'s entry while it says anything at `now` (a tombstone says when its call was sent, for a
+   * hold); forgets it once over.
+   */
   #live(key: string, now: number): Entry | undefined {
     const entry = this.#entries.get(key);
-    if (entry === undefined || now < entry.likely) return entry;
+    if (entry === undefined || now < Math.max(entry.likely, entry.sent + this.#holdMs)) {
+      return entry;
+    }
     this.#entries.delete(key);
     return undefined;
   }

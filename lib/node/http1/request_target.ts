@@ -15,6 +15,8 @@
  * @module
  */
 
+import { isLocalListener } from "../../http/address.ts";
+
 /** A scheme and `://`, then at least one character: RFC 9112's absolute-form as Deno recognises it. */
 const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/./;
 
@@ -53,7 +55,7 @@ export function urlOf(
 /**
  * The authority a URL names when the request named none: as Deno writes it
  * (ext/http/request_properties.rs, `req_host_from_addr`), `localhost` for a loopback or unspecified
- * address, the address itself otherwise, then the port unless it is 80.
+ * address (`isLocalListener`), the address itself otherwise, then the port unless it is 80.
  *
  * @example
  * ```ts
@@ -64,8 +66,10 @@ export function urlOf(
  * ```
  */
 export function fallbackAuthority(address: string, port: number): string {
-  const local = address === "0.0.0.0" || address === "::" || address === "::1" ||
-    address.startsWith("127.") || address === "::ffff:127.0.0.1";
-  const host = local ? "localhost" : address.includes(":") ? `[${address}]` : address;
+  const host = isLocalListener(address)
+    ? "localhost"
+    : address.includes(":")
+    ? `[${address}]`
+    : address;
   return port === 80 ? host : `${host}:${port}`;
 }

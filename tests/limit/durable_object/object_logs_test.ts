@@ -81,6 +81,115 @@ Deno.test("CallerLogs decides as an exact sliding log, through restarts, sweeps 
   );
 });
 
+Deno.test("a caller kept in memory only is decided as an exact sliding log while the object lives; storage never holds it, its next request writes its whole log, and a restart loses its one unwritten hit only", () => {
+  const callers = ["2001:db8:1:1::/64", "2001:db8:1:2::/64", "192.0.2.1"];
+  let kept = 0;
+  let lost = 0;
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 5 }),
+      fc.array(
+        fc.tuple(
+          fc.integer({ min: 0, max: callers.length - 1 }),
+          fc.integer({ min: 0, max: 3_000 }),
+          fc.constantFrom("hit", "hit in memory", "hit in memory", "peek", "sweep", "restart"),
+        ),
+        { maxLength: 200, size: "max" },
+      ),
+      (limit, steps) => {
+        const policy = { limit, windowMs: 10_000 };
+        const model = new SlidingLogModel(policy, { keepNewest: true });
+        const storage = new Storage();
+        let logs = new CallerLogs();
+        /** The callers kept in memory only, as the object's rule says. */
+        const inMemory = new Set<string>();
+        let now = T0;
+        for (const [index, gap, action] of steps) {
+          now += gap;
+          const key = callers[index]!;
+          if (action === "sweep") {
+            const { removed } = logs.sweep(now, policy.windowMs);
+            assert.ok(removed.every((key) => !inMemory.has(key)), "nothing stored to remove");
+            storage.apply(removed.map((key) => ({ key, log: undefined })));
+            model.sweep(now);
+            // A caller kept in memory and swept is forgotten with nothing stored: new again.
+            for (const key of inMemory) if (!logs.has(key)) inMemory.delete(key);
+          } else if (action === "restart") {
+            logs = storage.restart();
+            for (const key of inMemory) model.forget(key), lost++;
+            inMemory.clear();
+          } else if (action === "peek") {
+            model.peek(key, now, logs.peek(key, now, policy));
+          } else {
+            const held = logs.has(key);
+            const { decision, changes } = logs.hit(key, now, policy, action === "hit in memory");
+            storage.apply(changes);
+            model.hit(key, now, decision);
+            if (!held && action === "hit in memory") inMemory.add(key), kept++;
+            else if (inMemory.delete(key)) {
+              assert.ok(changes.some((change) => change.key === key), "its return writes it");
+            }
+          }
+          for (const key of inMemory) assert.equal(storage.values.has(key), false, key);
+          assert.equal(logs.unwritten, inMemory.size);
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+  // The runs reached what is under test: callers kept in memory, and hits lost to a restart.
+  assert.ok(kept > 300 && lost > 100, `${kept} kept in memory, ${lost} lost`);
+});
+
+Deno.test("a caller kept in memory gets 60 of 100 with the fields a written one gets; its first request writes nothing, its second its whole log, and it is never swept from storage it is not in", () => {
+  const policy = { limit: 60, windowMs: 60_000 };
+  const written = new CallerLogs();
+  const logs = new CallerLogs();
+  const storage = new Storage();
+  for (let i = 0; i < 100; i++) {
+    const expected = written.hit("2001:db8:0:1::/64", T0 + i * 10, policy);
+    const { decision, changes } = logs.hit("2001:db8:0:1::/64", T0 + i * 10, policy, true);
+    assert.deepEqual(decision, expected.decision, `request ${i + 1}`);
+    if (i === 0) assert.deepEqual(changes, [], "the first request writes nothing");
+    if (i === 1) {
+      assert.deepEqual(changes, [{ key: "2001:db8:0:1::/64", log: [T0, T0 + 10] }]);
+    }
+    storage.apply(changes);
+  }
+  assert.equal(logs.unwritten, 0);
+  assert.deepEqual(
+    storage.values.get("2001:db8:0:1::/64"),
+    Float64Array.from(
+      Array.from({ length: 60 }, (_, i) => T0 + i * 10),
+    ),
+  );
+  // Kept in memory and never back: neither removed nor waited for by the sweep, yet forgotten.
+  const alone = new CallerLogs();
+  alone.hit("2001:db8:0:2::/64", T0, policy, true);
+  alone.hit("192.0.2.7", T0 + 1000, policy);
+  assert.deepEqual(alone.sweep(T0 + 1, 1), { removed: [], nextAt: T0 + 1001 });
+  assert.equal(alone.has("2001:db8:0:2::/64"), false);
+  assert.equal(alone.unwritten, 0);
+  const onlyInMemory = new CallerLogs();
+  onlyInMemory.hit("2001:db8:0:3::/64", T0, policy, true);
+  assert.deepEqual(onlyInMemory.sweep(T0, 1_000), { removed: [], nextAt: undefined });
+  assert.equal(onlyInMemory.callers, 1, "not idle yet: still held, with no alarm for it");
+});
+
+Deno.test("at the cap, a caller kept in memory is forgotten with no storage change, and a written one with its delete", () => {
+  const policy = { limit: DURABLE_MAX_LIMIT, windowMs: 60_000 };
+  const cap = maxCallersOf(policy);
+  const logs = new CallerLogs();
+  logs.hit("in-memory", T0, policy, true);
+  for (let i = 1; i < cap; i++) logs.hit(`caller-${i}`, T0 + i, policy);
+  const first = logs.hit("caller-new", T0 + cap, policy);
+  assert.deepEqual(first.changes, [{ key: "caller-new", log: [T0 + cap] }]);
+  assert.equal(logs.unwritten, 0);
+  const second = logs.hit("caller-newer", T0 + cap + 1, policy, true);
+  assert.deepEqual(second.changes, [{ key: "caller-1", log: undefined }]);
+  assert.equal(logs.callers, cap);
+});
+
 Deno.test("CallerLogs admits 60 of 100 requests of one caller and writes only the admitted ones", () => {
   const logs = new CallerLogs();
   const policy = { limit: 60, windowMs: 60_000 };

@@ -17,7 +17,10 @@ import type {
   RateLimitStore,
 } from "../../../lib/limit/core/decision.ts";
 import { CallerLogs } from "../../../lib/limit/durable_object/object_logs.ts";
-import { GuardedStore } from "../../../lib/limit/guard/guarded_store.ts";
+import {
+  GuardedStore,
+  MOST_TIMEOUTS_PER_DECISION,
+} from "../../../lib/limit/guard/guarded_store.ts";
 import {
   MEMO_HOLD_MS,
   MEMO_SPREAD_MS,
@@ -286,6 +289,49 @@ Deno.test("CallsInFlight: a call that never answers (its request cancelled) hold
   flights.answered("a");
   await woken;
   assert.equal(flights.mustWait("a", performance.now()), false);
+});
+
+Deno.test("a request waits for other requests' calls the store timeout at most in all, however often it is woken: a slow store answering 'admitted, nothing left' answers 16 requests within MOST_TIMEOUTS_PER_DECISION timeouts, each call passed the time waited", async () => {
+  const TIMEOUT_MS = 50;
+  const ROUND_TRIP_MS = 40;
+  const nows: number[] = [];
+  // Each call answers after 40 ms that the caller was admitted with nothing left: still likely
+  // refused, so the woken waiters wait again for the next of them to call.
+  const slow: RateLimitStore = {
+    hit(_key, now) {
+      nows.push(now);
+      return new Promise((resolve) =>
+        setTimeout(() => resolve({ allowed: true, remaining: 0, resetSeconds: 60 }), ROUND_TRIP_MS)
+      );
+    },
+    peek: () => assert.fail("not asked"),
+    close() {},
+  };
+  const guard = new GuardedStore(slow, { policy: POLICY, timeoutMs: TIMEOUT_MS, onError: "open" });
+  const key = "192.0.2.41";
+  await guard.hit(key, 0); // admitted with nothing left: the next requests are likely refused
+  nows.length = 0;
+  const NOW = 1_000_000;
+  const started = performance.now();
+  const took = await Promise.all(
+    Array.from(
+      { length: 16 },
+      async () => (await guard.hit(key, NOW), performance.now() - started),
+    ),
+  );
+  const longest = Math.max(...took);
+  // Before the shared deadline the last of them waited for 15 calls in turn (about 640 ms).
+  assert.ok(
+    longest < MOST_TIMEOUTS_PER_DECISION * TIMEOUT_MS,
+    `the slowest answer took ${longest.toFixed(0)} ms: ${took.map((t) => t.toFixed(0))}`,
+  );
+  assert.ok(guard.waitedInFlight > 0, "requests waited for the call in flight");
+  // One request called at once; every other called after waiting, with the time moved on.
+  assert.equal(nows.filter((now) => now === NOW).length, 1, JSON.stringify(nows));
+  assert.ok(
+    nows.filter((now) => now !== NOW).every((now) => now >= NOW + ROUND_TRIP_MS / 2),
+    JSON.stringify(nows),
+  );
 });
 
 const skip = redisUnavailableReason();

@@ -243,6 +243,34 @@ Deno.test("the failure policy's refusals and admissions are never remembered", a
   assert.equal(guard.answeredFromMemory, 0);
 });
 
+Deno.test("an admission with quota left keeps its call's instant for a hold: an older call's refusal answering after it changes nothing, a newer one is held", () => {
+  const key = "192.0.2.8";
+  const admitted: Decision = { allowed: true, remaining: 59, resetSeconds: 60 };
+  const memo = new RefusalMemo({ random: () => 0 });
+  memo.remember(key, 0, refusal(60_000));
+  // The hold is over; two calls go out: A at 3,100 (slow), B at 3,200, and the store forgot the
+  // caller (its key deleted), so B is admitted and answers first; A's refusal, decided before the
+  // key went, answers after it.
+  memo.remember(key, 3200, admitted);
+  memo.remember(key, 3100, refusal(56_900));
+  assert.equal(memo.recall(key, 3300), undefined, "the older call's refusal is not held");
+  assert.equal(memo.likelyRefused(key, 3300), false);
+  assert.equal(memo.size, 1, "the tombstone: one entry, bounded like the refusals");
+  // A newer refusal is held as ever.
+  memo.remember(key, 3400, refusal(50_000));
+  assert.equal(memo.recall(key, 3500)?.allowed, false);
+  // The tombstone lasts a hold: after it, nothing is left of the caller.
+  memo.remember(key, 10_000, admitted);
+  assert.equal(memo.likelyRefused(key, 10_000 + MEMO_HOLD_MS - 1), false);
+  assert.equal(memo.size, 1);
+  assert.equal(memo.likelyRefused(key, 10_000 + MEMO_HOLD_MS), false);
+  assert.equal(memo.size, 0);
+  // An admission of a caller the memo does not know adds nothing: admitted callers never push
+  // refused ones out.
+  for (let i = 0; i < 100; i++) memo.remember(`10.1.${i}`, 20_000, admitted);
+  assert.equal(memo.size, 0);
+});
+
 Deno.test(`the memo holds at most ${MAX_REFUSALS} callers: a spray of refused callers evicts the oldest`, () => {
   const memo = new RefusalMemo();
   for (let i = 0; i < MAX_REFUSALS + 5000; i++) memo.remember(`10.0.${i}`, 0, refusal(59_000));
