@@ -61,6 +61,12 @@ export const SQLITE_BUSY_TIMEOUT_MS = 100;
 const OPEN_BUSY_TIMEOUT_MS = 5_000;
 
 /**
+ * How long the opening pauses before it tries again a switch to WAL that SQLite refused at once, in
+ * ms: a few times what the other process's switch takes (under a ms), at start-up only.
+ */
+const OPEN_RETRY_MS = 10;
+
+/**
  * The write-ahead log's pages after which a commit copies them into the file (SQLite's default is
  * 1,000, 4 MiB): that copy runs in the committing exchange, on the event loop. 100 pages keep it a
  * few ms (600 appends of 60 KiB, each beside a read: p99 5.0 ms and the longest 6.9 ms, against
@@ -179,7 +185,7 @@ export class SqliteHitLog implements HitLog {
       // Set first, and longer than the exchanges' wait: at start-up another process may be
       // creating the table or switching the file to WAL (which the file then keeps).
       db.exec(`PRAGMA busy_timeout = ${Math.max(busy, OPEN_BUSY_TIMEOUT_MS)}`);
-      db.exec("PRAGMA journal_mode = WAL");
+      switchToWal(db);
       db.exec("PRAGMA synchronous = NORMAL");
       db.exec(`PRAGMA wal_autocheckpoint = ${WAL_CHECKPOINT_PAGES}`);
       db.exec(SCHEMA);
@@ -385,6 +391,31 @@ export class SqliteHitLog implements HitLog {
 }
 
 /**
+ * Switches `db`'s file to WAL, trying again for {@linkcode OPEN_BUSY_TIMEOUT_MS} while another
+ * process holds it locked. SQLite answers "database is locked" at once, without the busy handler,
+ * when two processes switch a new file at the same instant (each holds the shared lock the other
+ * waits for): two instances started together failed so in 5 to 7 of 60 tries here.
+ */
+function switchToWal(db: DatabaseSync): void {
+  const deadline = performance.now() + OPEN_BUSY_TIMEOUT_MS;
+  for (;;) {
+    try {
+      db.exec("PRAGMA journal_mode = WAL");
+      return;
+    } catch (error) {
+      if (!isLocked(error) || performance.now() >= deadline) throw error;
+      // Start-up only, before anything is served: a blocking pause is what the busy handler does.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, OPEN_RETRY_MS);
+    }
+  }
+}
+
+/** Whether SQLite refused for another connection's lock (SQLITE_BUSY or SQLITE_LOCKED). */
+function isLocked(error: unknown): boolean {
+  return error instanceof Error && /locked|busy/i.test(error.message);
+}
+
+/**
  * Why the file at `SQLITE_PATH` could not be opened, as one sentence naming the variable and what
  * to do (start-up prints it and stops).
  *
@@ -410,7 +441,7 @@ export function explainSqliteOpenError(error: unknown, path: string): string {
       `the file cannot be created or written there, so give the service's user read and write access to ${folder} (on a writable file system)`;
   } else if (/not a database|malformed|corrupt/i.test(message)) {
     reason = `it is not a SQLite database (${message}), so set SQLITE_PATH to a file of its own`;
-  } else if (/locked|busy/i.test(message)) {
+  } else if (isLocked(error)) {
     reason = `another process held it locked for over ${
       OPEN_BUSY_TIMEOUT_MS / 1000
     } s, so check what else opens it`;
