@@ -13,7 +13,7 @@
  * @module
  */
 
-import { event } from "./events.ts";
+import { errorFields, event } from "./events.ts";
 import { DEADLINE_SETTLE_MS, endLines, type LineWriter } from "./line_writer.ts";
 
 /** How long the service keeps answering (with `Connection: close`) once shutdown begins, in ms. */
@@ -150,7 +150,9 @@ export interface StopParts {
 /**
  * The stop at `signal`, once (a second signal during it does nothing): "shutting down", the drain,
  * the shutdown, the last lines, the store, "stopped", the streams, the exit. A stop past
- * {@linkcode STOP_DEADLINE_MS} exits anyway ({@linkcode overranStop}).
+ * {@linkcode STOP_DEADLINE_MS} exits anyway ({@linkcode overranStop}). A step that fails (a store
+ * whose last write fails at close) is one error line and exit 1, after the steps it did not stop:
+ * never an unhandled rejection, which would print a stack that is no JSON line.
  */
 export async function stopGracefully(
   lifecycle: Lifecycle,
@@ -160,15 +162,33 @@ export async function stopGracefully(
   if (!lifecycle.beginStop(signal)) return;
   event("info", "shutting down: finishing requests in flight", { signal });
   const deadline = setTimeout(() => void overranStop(parts), STOP_DEADLINE_MS);
-  parts.drain();
-  await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
-  await parts.shutdown();
+  let code = 0;
+  try {
+    parts.drain();
+    await new Promise((resolve) => setTimeout(resolve, DRAIN_MS));
+    await parts.shutdown();
+  } catch (error) {
+    code = stepFailed("the server's shutdown", error);
+    parts.closeAll?.();
+  }
   parts.flushAccessLog();
-  await parts.closeStore();
-  event("info", "stopped");
+  try {
+    await parts.closeStore();
+  } catch (error) {
+    code = stepFailed("closing the rate-limit store", error);
+  }
+  event(code === 0 ? "info" : "error", code === 0 ? "stopped" : "stopped after an error");
   await endLines(parts.lines);
   clearTimeout(deadline);
-  await parts.exit(0);
+  await parts.exit(code);
+}
+
+/** Says that a step of the stop failed, with the error's fields; answers the exit code, 1. */
+function stepFailed(step: string, error: unknown): number {
+  event("error", `${step} failed at stop: exiting 1 once the rest of the stop is done`, {
+    ...errorFields(error),
+  });
+  return 1;
 }
 
 /**
