@@ -161,6 +161,10 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
     connectionsCheckingInterval: TIMEOUT_CHECK_MS,
     maxHeaderSize: MAX_HEAD_BYTES,
     requireHostHeader: false,
+    // A request without a body (no Content-Length, no Transfer-Encoding) comes with its body stream
+    // already ended: Node then dumps, ends and closes no stream per request (Node 24.12 and later;
+    // ignored before). The service reads no body.
+    optimizeEmptyRequests: true,
     ServerResponse: VersionedResponse,
   }, (req, res) => {
     // Counted, so that an answer Node's server does not write waits for it (http1/in_flight.ts).
