@@ -167,9 +167,10 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
     optimizeEmptyRequests: true,
     ServerResponse: VersionedResponse,
   }, (req, res) => {
-    // Counted, so that an answer Node's server does not write waits for it (http1/in_flight.ts).
-    countResponse(req.socket, res);
     answer(req, res, state, onError);
+    // An answer Node's server does not write waits for this response (http1/in_flight.ts), unless
+    // its bytes are already handed to the socket: ended at once, and not queued behind another.
+    if (!res.writableEnded || res.socket === null) countResponse(req.socket, res);
   });
   // One more than Deno takes, to tell a head with too many fields (Node drops those past the count).
   server.maxHeadersCount = MAX_FIELDS + 1;
