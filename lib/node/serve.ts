@@ -161,11 +161,16 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
     connectionsCheckingInterval: TIMEOUT_CHECK_MS,
     maxHeaderSize: MAX_HEAD_BYTES,
     requireHostHeader: false,
+    // A request without a body (no Content-Length, no Transfer-Encoding) comes with its body stream
+    // already ended: Node then dumps, ends and closes no stream per request (Node 24.12 and later;
+    // ignored before). The service reads no body.
+    optimizeEmptyRequests: true,
     ServerResponse: VersionedResponse,
   }, (req, res) => {
-    // Counted, so that an answer Node's server does not write waits for it (http1/in_flight.ts).
-    countResponse(req.socket, res);
     answer(req, res, state, onError);
+    // An answer Node's server does not write waits for this response (http1/in_flight.ts), unless
+    // its bytes are already handed to the socket: ended at once, and not queued behind another.
+    if (!res.writableEnded || res.socket === null) countResponse(req.socket, res);
   });
   // One more than Deno takes, to tell a head with too many fields (Node drops those past the count).
   server.maxHeadersCount = MAX_FIELDS + 1;

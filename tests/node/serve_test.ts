@@ -5,7 +5,8 @@
  *
  * - an answer Node's server does not write itself (a parser's refusal, a request Deno serves that
  *   Node's parser refuses, a CONNECT) comes after the slower response to the request before it on
- *   its connection, which is not lost (lib/node/http1/in_flight.ts);
+ *   its connection, which is not lost (lib/node/http1/in_flight.ts), and after the responses
+ *   answered at once, the second of which waits for the first's socket;
  * - a connection so answered is destroyed when the client closes its side, or after the linger if
  *   it never does, and `shutdown()` waits for it no longer (lib/node/http1/raw_response.ts).
  *
@@ -38,10 +39,18 @@ function nodeTest(name: string, fn: () => Promise<void>): void {
 const STORE_ROUND_TRIP_MS = 100;
 
 /**
- * A handler that answers GET 200 after {@linkcode STORE_ROUND_TRIP_MS}, any other method at once
- * with 501 (`CONNECT` 405, as the service does), and a refusal 400; each body names what it answers.
- * Node's adapter sends the handler's `answer` through its `wire` (lib/node/fast_path.ts), so the
- * handler gives those, `fetch` being unused there.
+ * The body of `GET /now/big`: the size of Linux's largest TCP send buffer (`tcp_wmem`'s 4 MiB), so
+ * that its response is not written whole at once and is still being written when the requests after
+ * it are answered.
+ */
+const BIG_BODY = "x".repeat(4 * 1024 * 1024);
+
+/**
+ * A handler that answers GET 200 after {@linkcode STORE_ROUND_TRIP_MS} (a path under `/now/` at
+ * once, with no promise, as the memory store decides), any other method at once with 501 (`CONNECT`
+ * 405, as the service does), and a refusal 400; each body names what it answers. Node's adapter
+ * sends the handler's `answer` through its `wire` (lib/node/fast_path.ts), so the handler gives
+ * those, `fetch` being unused there.
  */
 function slowStoreHandler(): NodeHandler {
   const answerOf = (status: number, body: string) => ({
@@ -49,11 +58,13 @@ function slowStoreHandler(): NodeHandler {
     decision: { allowed: true, remaining: 59, resetSeconds: 60 },
     outcome: undefined,
   });
-  const answer = async (request: Request) => {
+  const answer = (request: Request) => {
     const path = new URL(request.url).pathname;
+    if (request.method === "GET" && path === "/now/big") return answerOf(200, BIG_BODY);
+    if (request.method === "GET" && path.startsWith("/now/")) return answerOf(200, `GET ${path}`);
     if (request.method === "GET") {
-      await new Promise((resolve) => setTimeout(resolve, STORE_ROUND_TRIP_MS));
-      return answerOf(200, `GET ${path}`);
+      return new Promise((resolve) => setTimeout(resolve, STORE_ROUND_TRIP_MS))
+        .then(() => answerOf(200, `GET ${path}`));
     }
     return answerOf(request.method === "CONNECT" ? 405 : 501, `${request.method} ${path}`);
   };
@@ -102,6 +113,39 @@ nodeTest(
           answers.map((one) => `${one.status} ${new TextDecoder().decode(one.body)}`),
           ["200 GET /a", answer],
           JSON.stringify(second),
+        );
+      }
+    });
+  },
+);
+
+nodeTest(
+  "serveNode() writes an answer Node's server does not write after the responses answered at once before it, one queued behind the other",
+  async () => {
+    await withServer(async (server) => {
+      const refused = `FOO /c HTTP/1.1\r\n${HOST}\r\n`;
+      const now = (path: string) => `GET /now/${path} HTTP/1.1\r\n${HOST}\r\n`;
+      const cases = [
+        // Both at once: the second is answered while the first still holds the socket.
+        { sent: now("a") + now("b") + refused, want: ["200 GET /now/a", "200 GET /now/b"] },
+        // The first one still being written when the refusal is answered.
+        { sent: now("big") + now("b") + refused, want: ["200 4194304 bytes", "200 GET /now/b"] },
+        // At once behind a slow one: queued until the slow one is written.
+        { sent: GET_A + now("b") + refused, want: ["200 GET /a", "200 GET /now/b"] },
+      ];
+      for (const { sent, want } of cases) {
+        // Pipelined in one write, so that the parser refuses FOO while the others are in flight.
+        const { answers } = await exchange(server.port, sent, { finals: 3 });
+        assert.deepEqual(
+          answers.map((one) =>
+            `${one.status} ${
+              one.body.length > 100
+                ? `${one.body.length} bytes`
+                : new TextDecoder().decode(one.body)
+            }`
+          ),
+          [...want, "501 FOO /c"],
+          JSON.stringify(sent),
         );
       }
     });

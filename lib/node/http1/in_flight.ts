@@ -6,9 +6,12 @@
  * Redis, KV or Durable Object round trip); written at once and the socket ended, the 501 went first
  * and the 200 was lost.
  *
- * The server counts each request's response here when it receives the request
- * ({@linkcode countResponse}), and the count drops as each response closes; a raw answer waits
- * ({@linkcode whenAnswered}) until none is left, or the connection is gone.
+ * The server counts a request's response here ({@linkcode countResponse}) unless its bytes were
+ * handed to the socket before the request's event returned (ended at once, and the socket's, not
+ * queued behind another: what is written later comes after them), and the count drops as each
+ * response closes; a raw answer waits ({@linkcode whenAnswered}) until none is left, or the
+ * connection is gone. Most responses are ended at once (the memory store decides with no promise)
+ * and cost no listener.
  *
  * @module
  */
@@ -27,7 +30,8 @@ const FLIGHTS = new WeakMap<Socket, Flight>();
 
 /**
  * Counts `res` as in flight on `socket` until it closes: sent whole ('close' follows 'finish'), or
- * cut off with its connection. Call it where the server receives the request.
+ * cut off with its connection. Call it before the request's event returns, for every response not
+ * yet ended then or queued behind another on its socket.
  */
 export function countResponse(socket: Socket, res: ServerResponse): void {
   let flight = FLIGHTS.get(socket);
