@@ -36,7 +36,7 @@ import type { ReadHead, Refuse } from "../respond/refusal.ts";
 import { type AnswerSource, sendAnswer } from "./fast_path.ts";
 import { type ClientErrorOptions, createClientErrorListener } from "./http1/client_error.ts";
 import { createConnectListener } from "./http1/connect.ts";
-import { countResponse } from "./http1/in_flight.ts";
+import { countResponse, noteBody } from "./http1/in_flight.ts";
 import { peerOf } from "./http1/peer.ts";
 import { RawFields } from "./http1/raw_fields.ts";
 import { MAX_FIELDS } from "./http1/raw_head.ts";
@@ -171,6 +171,7 @@ function createNodeServer(state: AnswerState, onError: (error: unknown) => void)
     // An answer Node's server does not write waits for this response (http1/in_flight.ts), unless
     // its bytes are already handed to the socket: ended at once, and not queued behind another.
     if (!res.writableEnded || res.socket === null) countResponse(req.socket, res);
+    noteBody(req.socket, req);
   });
   // One more than Deno takes, to tell a head with too many fields (Node drops those past the count).
   server.maxHeadersCount = MAX_FIELDS + 1;

@@ -8,7 +8,8 @@
  *   its connection, which is not lost (lib/node/http1/in_flight.ts), and after the responses
  *   answered at once, the second of which waits for the first's socket;
  * - a connection so answered is destroyed when the client closes its side, or after the linger if
- *   it never does, and `shutdown()` waits for it no longer (lib/node/http1/raw_response.ts).
+ *   it never does, and `shutdown()` waits for it no longer (lib/node/http1/raw_response.ts);
+ * - a parser error in the body of a request the handler answered gets no answer of its own.
  *
  * Under `deno test` these are ignored: Deno's `node:http` has no parser of Node's to refuse them.
  *
@@ -198,6 +199,22 @@ nodeTest(
       const ms = await shutdownMs(server, LINGER_MS * 5);
       // Not the linger: the clients' close is read at once.
       assert.ok(ms < LINGER_MS / 2, `shutdown() took ${ms} ms`);
+    });
+  },
+);
+
+nodeTest(
+  "serveNode() answers nothing more when Node's parser fails in the body of a request the handler answered: the connection closes after that one answer",
+  async () => {
+    await withServer(async (server) => {
+      // A chunk size that is not hex, after the head the handler answered at once (501).
+      const sent = `POST /now/x HTTP/1.1\r\n${HOST}Transfer-Encoding: chunked\r\n\r\nZZZ\r\n`;
+      const { answers, closed } = await exchange(server.port, sent, { finals: 0 });
+      assert.deepEqual(
+        answers.map((one) => `${one.status} ${new TextDecoder().decode(one.body)}`),
+        ["501 POST /now/x"],
+      );
+      assert.ok(closed, "the connection is closed");
     });
   },
 );

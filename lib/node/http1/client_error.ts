@@ -25,7 +25,7 @@ import type { Handler } from "../../handler.ts";
 import type { Refuse } from "../../respond/refusal.ts";
 import { RawFields } from "./raw_fields.ts";
 import { type RawHead, readRawHead } from "./raw_head.ts";
-import { whenAnswered } from "./in_flight.ts";
+import { inBody, whenAnswered } from "./in_flight.ts";
 import { writeRawResponse } from "./raw_response.ts";
 import { peerOf } from "./peer.ts";
 import { urlOf } from "./request_target.ts";
@@ -70,7 +70,13 @@ export function createClientErrorListener(
     // A connection that failed (ECONNRESET, EPIPE: not the parser's `HPE_` errors), or one that
     // sent nothing in time: nothing to answer, nothing to log.
     const parser = error.code?.startsWith("HPE_") === true || error.code === TIMEOUT;
-    if (!parser || !socket.writable || (error.code === TIMEOUT && socket.bytesRead === 0)) {
+    // Or one whose error is in the body of a request the handler answers (a chunk size that is not
+    // hex, a body that never ends): a second answer would be one nobody asked for. Node's own
+    // listener stays silent there too, once a response has begun.
+    if (
+      !parser || !socket.writable || (error.code === TIMEOUT && socket.bytesRead === 0) ||
+      inBody(socket)
+    ) {
       socket.destroy();
       return;
     }

@@ -11,12 +11,13 @@
  * queued behind another: what is written later comes after them), and the count drops as each
  * response closes; a raw answer waits ({@linkcode whenAnswered}) until none is left, or the
  * connection is gone. Most responses are ended at once (the memory store decides with no promise)
- * and cost no listener.
+ * and cost no listener. It also notes the request whose body is still being read
+ * ({@linkcode noteBody}): a parser error in that body is no request of its own ({@linkcode inBody}).
  *
  * @module
  */
 
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 
 /** The responses in flight on one connection, and the answers waiting for them. */
@@ -58,4 +59,27 @@ export function whenAnswered(socket: Socket): Promise<void> {
     flight.waiters.push(resolve);
     socket.once("close", () => resolve());
   });
+}
+
+/**
+ * Per connection, the request whose body Node's parser was still reading when the server received
+ * it (one with a `Content-Length` or chunks); gone with its socket.
+ */
+const BODIES = new WeakMap<Socket, IncomingMessage>();
+
+/**
+ * Notes `req` as the request of `socket` whose body is still to come, when it is (a request without
+ * a body is complete on arrival, and costs nothing here). Call it where the server receives it.
+ */
+export function noteBody(socket: Socket, req: IncomingMessage): void {
+  if (!req.complete) BODIES.set(socket, req);
+}
+
+/**
+ * Whether a parser error on `socket` is in the body of a request the server has received (and so
+ * has answered, or will): such an error is no request of its own, and gets no answer of its own.
+ */
+export function inBody(socket: Socket): boolean {
+  const req = BODIES.get(socket);
+  return req !== undefined && !req.complete;
 }
