@@ -11,9 +11,7 @@
  * - A failing object is no way to be unlimited: under `open` its caller gets 60 of 100 (the
  *   isolate's own count), under `closed` none; each such caller is said once per window, ten
  *   callers a window at most, never by its full address.
- * - A namespace outage is known with one caller or a thousand, within two store timeouts of the
- *   first failed call: one incident, the breaker's state `open`, no object called meanwhile but
- *   the canaries once a probe interval, and it ends when a canary answers again.
+ * - A namespace outage: namespace_outage_test.ts (a latency bound, in the suite's second pass).
  *
  * The real store on workerd: `tests/workers/failing_objects_test.ts`.
  *
@@ -21,115 +19,9 @@
  */
 
 import assert from "node:assert/strict";
-import { truncatedCaller } from "../../../lib/access_log.ts";
-import type {
-  Decision,
-  RateLimitPolicy,
-  RateLimitStore,
-} from "../../../lib/limit/core/decision.ts";
-import { type CallerNotice, MAX_CALLER_NOTICES } from "../../../lib/limit/guard/caller_notices.ts";
-import {
-  GuardedStore,
-  MAX_EXTENSIONS,
-  type StoreFailurePolicy,
-  type StoreIncident,
-} from "../../../lib/limit/guard/guarded_store.ts";
-import { MemoryStore } from "../../../lib/limit/memory/memory_store.ts";
-
-const POLICY: RateLimitPolicy = { limit: 60, windowMs: 60_000 };
-
-/** The time every object decides at: one instant, so that each answer's fields are known exactly. */
-const NOW = 1_800_000_000_000;
-
-/** The store timeout of these tests, in ms. */
-const TIMEOUT_MS = 40;
-
-/** How an object fails: it throws as an overloaded Durable Object does, or never answers. */
-type Fault = "overloaded" | "stall";
-
-const OVERLOADED = "Durable Object is overloaded. Too many requests queued.";
-
-/**
- * One object per caller key, each deciding exactly; an object named in `faults` fails, and with
- * `down` every object does, the canaries too (a namespace outage). Counts each object's calls.
- */
-class Objects implements RateLimitStore {
-  readonly logs = new MemoryStore(POLICY, { sweep: false });
-  readonly faults = new Map<string, Fault>();
-  down: Fault | undefined;
-  readonly calls = new Map<string, number>();
-
-  hit(key: string, now: number): Promise<Decision> {
-    return this.#answer(key, () => this.logs.hit(key, now));
-  }
-  peek(key: string, now: number): Promise<Decision> {
-    return this.#answer(key, () => this.logs.peek(key, now));
-  }
-  /** Canary `i`: an object no caller key names. */
-  canary(i: number): Promise<Decision> {
-    return this.#answer(`canary:${i}`, () => ({ allowed: true, remaining: 0, resetSeconds: 1 }));
-  }
-  close(): void {}
-
-  /** Calls of every object whose name starts with `prefix`. */
-  callsOf(prefix: string): number {
-    let calls = 0;
-    for (const [name, n] of this.calls) if (name.startsWith(prefix)) calls += n;
-    return calls;
-  }
-
-  #answer(name: string, decide: () => Decision): Promise<Decision> {
-    this.calls.set(name, (this.calls.get(name) ?? 0) + 1);
-    const fault = this.down ?? this.faults.get(name);
-    if (fault === "stall") return new Promise(() => {});
-    if (fault === "overloaded") return Promise.reject(new Error(OVERLOADED));
-    return Promise.resolve(decide());
-  }
-}
-
-/** The guard as the Durable Object store opens it, over `Objects`, with a clock the test moves. */
-function objectsGuard(onError: StoreFailurePolicy) {
-  const objects = new Objects();
-  const incidents: StoreIncident[] = [];
-  /** When each incident was reported (`performance.now()`). */
-  const reported: number[] = [];
-  const notices: CallerNotice[] = [];
-  let clock = NOW;
-  const guard = new GuardedStore(objects, {
-    policy: POLICY,
-    timeoutMs: TIMEOUT_MS,
-    onError,
-    onIncident: (incident) => {
-      incidents.push(incident);
-      reported.push(performance.now());
-    },
-    clock: () => clock,
-    // The refusals answered from memory keep the store's fields exactly: no time passes for them.
-    steadyClock: () => 0,
-    failureScope: (key) => key,
-    canaries: [() => objects.canary(0), () => objects.canary(1)],
-    localCount: () => new MemoryStore(POLICY, { sweep: false }),
-    callerNotices: { label: truncatedCaller, write: (notice) => notices.push(notice) },
-  });
-  return {
-    objects,
-    guard,
-    incidents,
-    reported,
-    notices,
-    advance: (ms: number) => (clock += ms),
-  };
-}
-
-/** A decision's four fields (a refusal's exact reset aside): what the response carries. */
-function fields(decision: Decision) {
-  const { allowed, remaining, resetSeconds, unavailable } = decision;
-  return unavailable ? { allowed, remaining, resetSeconds, unavailable } : {
-    allowed,
-    remaining,
-    resetSeconds,
-  };
-}
+import type { Decision } from "../../../lib/limit/core/decision.ts";
+import { MAX_CALLER_NOTICES } from "../../../lib/limit/guard/caller_notices.ts";
+import { fields, NOW, objectsGuard, OVERLOADED } from "./_objects.ts";
 
 /** The exact answers of a 60-request limit to 100 requests at one instant: 59 down to 0, then 40 refusals. */
 const SIXTY_OF_100 = Array.from(
@@ -255,78 +147,3 @@ Deno.test("callers whose objects fail are named ten a window at most; the answer
   // 20 callers not named, each answered twice in the first window.
   assert.equal(notices.at(-1)!.unnamedBefore, 40);
 });
-
-for (const callers of [1, 1000]) {
-  for (const fault of ["overloaded", "stall"] as const) {
-    for (const onError of ["open", "closed"] as const) {
-      Deno.test(
-        `a namespace outage (every object ${fault}), ${callers} caller${
-          callers > 1 ? "s" : ""
-        }, ${onError}: one incident and the breaker open within two store timeouts of the first failed call; no object called until the canaries answer again`,
-        async () => {
-          const { objects, guard, incidents, reported, notices, advance } = objectsGuard(onError);
-          // What as many requests at once take here without an outage (this machine is shared).
-          const healthy = performance.now();
-          await Promise.all(
-            Array.from({ length: callers }, (_, i) => guard.hit(`10.1.${i >> 8}.${i & 255}`, NOW)),
-          );
-          const baseline = performance.now() - healthy;
-          objects.down = fault;
-          const keys = Array.from({ length: callers }, (_, i) => `10.0.${i >> 8}.${i & 255}`);
-          const started = performance.now();
-          await Promise.all(keys.map((key) => guard.hit(key, NOW)));
-          const detectedMs = reported[0]! - started;
-          // deno-lint-ignore no-console
-          console.log(
-            `${fault} ${onError} ${callers}: the outage known after ${detectedMs.toFixed(0)} ms (${
-              baseline.toFixed(0)
-            } ms for as many requests, healthy)`,
-          );
-          assert.equal(incidents.length, 1, JSON.stringify(incidents));
-          assert.deepEqual(incidents[0], {
-            kind: "unavailable",
-            policy: onError,
-            error: fault === "overloaded"
-              ? `Error: ${OVERLOADED}`
-              : `StoreTimeoutError: rate-limit store did not answer within ${TIMEOUT_MS} ms`,
-          });
-          assert.equal(guard.breakerState, "open");
-          assert.equal(guard.healthy, false);
-          // Within what the wave takes anyway, plus two timeouts (the caller's call, then the
-          // canaries at once), each extended at most MAX_EXTENSIONS times while the loop is busy.
-          const bound = baseline + 2 * (1 + MAX_EXTENSIONS) * TIMEOUT_MS;
-          assert.ok(detectedMs < bound, `detected after ${detectedMs} ms, over ${bound} ms`);
-          // Callers that failed while the canaries were asked: named ten at most.
-          assert.ok(
-            notices.length <= Math.min(callers - 1, MAX_CALLER_NOTICES),
-            `${notices.length}`,
-          );
-          const calls = objects.callsOf("10.0.");
-          const canaries = objects.callsOf("canary:");
-          // Down: answered at once by the policy, no object called, the incident said once.
-          for (let i = 0; i < 3; i++) {
-            const answers = await Promise.all(keys.map((key) => guard.hit(key, NOW)));
-            assert.ok(answers.every((decision) => guard.failureAnswer(decision) === onError));
-          }
-          assert.equal(objects.callsOf("10.0."), calls);
-          assert.equal(objects.callsOf("canary:"), canaries);
-          assert.equal(incidents.length, 1);
-          // A probe interval later one request asks the canaries again (still down: no new line).
-          advance(1000);
-          await guard.hit(keys[0]!, NOW);
-          assert.equal(objects.callsOf("canary:"), canaries + 2);
-          assert.equal(incidents.length, 1);
-          assert.equal(guard.breakerState, "open");
-          // Back: the next probe finds a canary answering, and that request is its object's answer.
-          objects.down = undefined;
-          advance(1000);
-          const back = await guard.hit("192.0.2.200", NOW);
-          assert.deepEqual(fields(back), { allowed: true, remaining: 59, resetSeconds: 60 });
-          assert.equal(incidents.length, 2);
-          assert.equal(incidents[1]!.kind, "recovered");
-          assert.equal(guard.breakerState, "closed");
-        },
-      );
-    }
-  }
-}
